@@ -1,0 +1,15 @@
+"""diffsim: differentiable MuJoCo Warp rollouts for trajectory optimization and system identification."""
+
+from diffsim import kernels as kernels
+from diffsim.params import Param as Param
+from diffsim.rollout import DivergenceError as DivergenceError
+from diffsim.rollout import Rollout as Rollout
+from diffsim.rollout import Trajectory as Trajectory
+from diffsim.rollout import rollout as rollout
+from diffsim.scene import Scene as Scene
+from diffsim.scene import SolverSettings as SolverSettings
+from diffsim.scene import asset_path as asset_path
+from diffsim.scene import set_deterministic as set_deterministic
+from diffsim.step import FiniteDifferenceStep as FiniteDifferenceStep
+
+__version__ = "0.1.0"

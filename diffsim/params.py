@@ -1,0 +1,420 @@
+"""Named, bounded model parameters mapped to per-world MJWarp model fields.
+
+`Param("body_mass", "pole")` names the field and the element (a body, joint, geom, actuator, site
+or tendon name; an index; a list; or `None` for all). Its `value` is a `wp.array2d[float]` of shape
+`(nworld, dim)` with gradients, one row per world. A rollout writes each world's value (and, when
+differentiating, each perturbation lane's value) into rows of the MJWarp field, which is batched
+with a leading world axis and read as `field[worldid % field.shape[0]]`.
+
+Fields that MuJoCo derives constants from (`body_mass`, `body_inertia`, `body_ipos`,
+`dof_armature`, ...) trigger `mujoco_warp.set_const`, as `mj_setConst` does in MuJoCo C, so the
+derived `body_subtreemass`, `dof_invweight0`, `body_invweight0`, `actuator_acc0` stay consistent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Sequence
+
+import mujoco
+import numpy as np
+import warp as wp
+
+__all__ = ["Param", "ParamLayout", "FIELD_DOCS"]
+
+_OBJ = {
+  "nbody": mujoco.mjtObj.mjOBJ_BODY,
+  "njnt": mujoco.mjtObj.mjOBJ_JOINT,
+  "nv": mujoco.mjtObj.mjOBJ_JOINT,  # dof fields are named by their joint
+  "ngeom": mujoco.mjtObj.mjOBJ_GEOM,
+  "nsite": mujoco.mjtObj.mjOBJ_SITE,
+  "nactuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+  "nu": mujoco.mjtObj.mjOBJ_ACTUATOR,
+  "ntendon": mujoco.mjtObj.mjOBJ_TENDON,
+  "npair": mujoco.mjtObj.mjOBJ_PAIR,
+}
+
+# Fields whose change requires recomputing constants derived at qpos0 (mj_setConst's inertia group).
+_INERTIAL = {"body_mass", "body_inertia", "body_ipos", "dof_armature", "tendon_armature", "actuator_armature"}
+# Derived fields that set_const(INERT0) writes, plus body_subtreemass (from body_mass).
+_DERIVED = ("body_subtreemass", "dof_invweight0", "body_invweight0", "tendon_invweight0", "actuator_acc0")
+# Fields that cannot be parameters: derived ones, and those whose derived constants MJWarp recomputes
+# only at qpos0 kinematics (KIN0) or in static bounding volumes.
+_BLOCKED = set(_DERIVED) | {
+  "qpos0", "body_pos", "body_quat", "body_iquat", "geom_size", "geom_aabb", "geom_rbound", "eq_data",
+  "tendon_length0", "opt.timestep", "opt.impratio_invsqrt", "opt.tolerance", "opt.ls_tolerance",
+}
+# Default components of vector fields: MuJoCo's usual meaning of "the" parameter.
+_DEFAULT_COMPONENTS = {
+  "geom_friction": [0],  # sliding friction
+  "actuator_gainprm": [0],  # gain (kp of a position servo)
+  "actuator_dynprm": [0],  # time constant
+  "actuator_biasprm": [1, 2],  # -kp, -kv
+  "pair_friction": [0],
+}
+# Quantities that must stay positive get a positive lower bound by default.
+_POSITIVE = {"body_mass", "body_inertia", "dof_armature", "dof_damping", "dof_frictionloss", "jnt_stiffness",
+             "geom_friction", "actuator_gainprm", "tendon_stiffness", "tendon_damping", "tendon_armature",
+             "opt.density", "opt.viscosity"}
+
+FIELD_DOCS = """Supported parameter fields: any MJWarp Model field with a world axis ("*" in its array spec)
+whose element is a body, joint (dof fields are named by joint), geom, site, actuator, tendon or pair,
+and the per-world options opt.gravity, opt.wind, opt.magnetic, opt.density, opt.viscosity. Examples:
+body_mass, body_inertia, body_ipos, dof_damping, dof_armature, dof_frictionloss, jnt_stiffness,
+actuator_gainprm, actuator_biasprm, geom_friction, opt.gravity."""
+
+
+def _field_spec(field: str):
+  """(dtype, element size name or None, width) of an MJWarp Model field with a world axis."""
+  from mujoco_warp._src import types
+
+  if field.startswith("opt."):
+    cls, name = types.Option, field[4:]
+  else:
+    cls, name = types.Model, field
+  fields = {f.name: f.type for f in dataclasses.fields(cls)}
+  if name not in fields:
+    raise KeyError(f"unknown parameter field {field!r}. {FIELD_DOCS}")
+  spec = fields[name]
+  shape = getattr(spec, "shape", None)
+  if not shape or shape[0] != "*" or field in _BLOCKED:
+    raise ValueError(
+      f"parameter field {field!r} cannot be batched per world by MJWarp"
+      + (" (MJWarp derives it, or derives constants from it that diffsim cannot recompute)" if field in _BLOCKED
+         else " (its array has no leading world axis)")
+      + f". {FIELD_DOCS}")
+  dtype = spec.dtype
+  if dtype in (wp.float32, float):
+    width = 1
+  elif wp.types.type_is_vector(dtype) and dtype._wp_scalar_type_ in (wp.float32,):
+    width = dtype._length_
+  else:
+    raise ValueError(f"parameter field {field!r} has dtype {dtype.__name__}, which diffsim cannot perturb")
+  if len(shape) == 1:
+    return dtype, None, width
+  if len(shape) != 2 or shape[1] not in _OBJ:
+    raise ValueError(f"parameter field {field!r} has shape {shape}, which diffsim does not support. {FIELD_DOCS}")
+  return dtype, shape[1], width
+
+
+def model_field(model, field: str) -> wp.array:
+  if field.startswith("opt."):
+    return getattr(model.opt, field[4:])
+  return getattr(model, field)
+
+
+def set_model_field(model, field: str, arr: wp.array) -> None:
+  if field.startswith("opt."):
+    setattr(model.opt, field[4:], arr)
+  else:
+    setattr(model, field, arr)
+
+
+class Param:
+  """A named, bounded model parameter with one value per world.
+
+  Args:
+    field: MJWarp model field, e.g. `"body_mass"`, `"dof_damping"`, `"opt.gravity"`
+      (see `FIELD_DOCS`); `"body_mass:pole"` is also accepted.
+    element: element name, index, list of them, or `None` for all elements. Dof fields
+      (`dof_*`) take joint names; a ball joint then has 3 values, a free joint 6.
+    components: components of vector fields, e.g. `[0]` for sliding friction (default
+      per field: `geom_friction` [0], `actuator_gainprm` [0], `actuator_biasprm` [1, 2], else all).
+    lower, upper: bounds (scalars or `(dim,)`); default `(0, inf)` for quantities that must stay
+      positive, else `(-inf, inf)`.
+    name: label used in results and files (default `field:element`).
+
+  After the parameter is first used with a scene, `value` is a `wp.array2d[float]` of shape
+  `(nworld, dim)` (requires grad), initialised with the MJCF value in every world; `nominal`
+  `(dim,)` float64 is that MJCF value. `value.grad` holds d(loss)/d(value) after `tape.backward`.
+
+  A position actuator (`biasprm[1] == -gainprm[0]`) keeps its servo consistent: changing its
+  gain (kp) also sets `biasprm[1] = -kp`, as MuJoCo's `<position kp=...>` does.
+  """
+
+  def __init__(self, field: str, element=None, *, components: Sequence[int] | None = None,
+               lower=None, upper=None, name: str | None = None):
+    if element is None and ":" in field:
+      field, element = field.split(":", 1)
+    self.field = field
+    self.element = element
+    self.dtype, self._elem_size, self.width = _field_spec(field)
+    if components is None:
+      components = _DEFAULT_COMPONENTS.get(field, list(range(self.width)))
+    components = [int(c) for c in np.atleast_1d(components)]
+    bad = [c for c in components if not 0 <= c < self.width]
+    if bad:
+      raise ValueError(f"components {bad} out of range for {field!r}, which has {self.width} per element")
+    self.components = components
+    self._lower, self._upper = lower, upper
+    self.name = name or (field if element is None else f"{field}:{element}")
+    self.scene = None
+    self.value: wp.array | None = None
+    self.nominal: np.ndarray | None = None
+    self.lower: np.ndarray | None = None
+    self.upper: np.ndarray | None = None
+    self.elements: list[int] = []
+    self.tie_bias: np.ndarray | None = None
+
+  @property
+  def inertial(self) -> bool:
+    return self.field in _INERTIAL
+
+  @property
+  def dim(self) -> int:
+    return len(self.elements) * len(self.components)
+
+  def __repr__(self) -> str:
+    return f"Param({self.name!r}, dim={self.dim if self.scene else '?'})"
+
+  # -- binding to a scene -------------------------------------------------------------------------
+
+  def _resolve_elements(self, scene) -> list[int]:
+    mjm = scene.mjm
+    if self._elem_size is None:
+      if self.element is not None:
+        raise ValueError(f"{self.field!r} is a per-world option with no elements; pass element=None")
+      return [0]
+    objtype = _OBJ[self._elem_size]
+    count = {"nbody": mjm.nbody, "njnt": mjm.njnt, "nv": mjm.njnt, "ngeom": mjm.ngeom, "nsite": mjm.nsite,
+             "nactuator": mjm.nu, "nu": mjm.nu, "ntendon": mjm.ntendon, "npair": mjm.npair}[self._elem_size]
+    items = list(range(count)) if self.element is None else list(np.atleast_1d(self.element))
+    ids = []
+    for it in items:
+      if isinstance(it, (str, np.str_)):
+        i = scene.name2id(objtype, str(it))
+      else:
+        i = int(it)
+        if not 0 <= i < count:
+          raise IndexError(f"{self.field!r}: element index {i} out of range [0, {count})")
+      ids.append(i)
+    if self._elem_size == "nv":  # joint ids to dof ids
+      dofs = []
+      for j in ids:
+        adr = mjm.jnt_dofadr[j]
+        ndof = {0: 6, 1: 3}.get(int(mjm.jnt_type[j]), 1)
+        dofs.extend(range(adr, adr + ndof))
+      ids = dofs
+    if not ids:
+      raise ValueError(f"{self.name!r} selects no elements in this model")
+    return ids
+
+  def bind(self, scene) -> "Param":
+    """Resolves names against `scene` and allocates `value` `(nworld, dim)`; idempotent."""
+    if self.scene is scene:
+      return self
+    if self.scene is not None and (self.scene.nworld != scene.nworld or self.scene.mjm is not scene.mjm):
+      raise ValueError(f"{self.name!r} is bound to another scene; make a new Param for this one")
+    self.elements = self._resolve_elements(scene)
+    row = model_field(scene.model, self.field).numpy()[0].reshape(-1, self.width)
+    nominal = np.array([row[e, c] for e in self.elements for c in self.components], dtype=np.float64)
+    positive = self.field in _POSITIVE
+    self.lower = np.broadcast_to(np.asarray(0.0 if (self._lower is None and positive) else
+                                            (-np.inf if self._lower is None else self._lower), float),
+                                 nominal.shape).copy()
+    self.upper = np.broadcast_to(np.asarray(np.inf if self._upper is None else self._upper, float), nominal.shape).copy()
+    if np.any(self.lower > self.upper):
+      raise ValueError(f"{self.name!r}: lower bound above upper bound ({self.lower} > {self.upper})")
+    if np.any((nominal < self.lower) | (nominal > self.upper)):
+      raise ValueError(f"{self.name!r}: MJCF value {nominal} lies outside the bounds [{self.lower}, {self.upper}]")
+    # position servos: gain kp also sets biasprm[1] = -kp
+    self.tie_bias = None
+    if self.field == "actuator_gainprm" and 0 in self.components:
+      bias = scene.model.actuator_biasprm.numpy()[0]
+      tie = np.array([e for e in self.elements if bias[e][1] != 0.0 and np.isclose(bias[e][1], -row[e, 0])])
+      self.tie_bias = tie if tie.size else None
+    self.nominal = nominal
+    self.value = wp.array(np.tile(nominal.astype(np.float32), (scene.nworld, 1)), dtype=float,
+                          device=scene.device, requires_grad=True)
+    self.scene = scene
+    return self
+
+  def assign(self, values) -> None:
+    """Sets the value in every world: `values` broadcasts to `(nworld, dim)`."""
+    v = np.broadcast_to(np.asarray(values, dtype=np.float32), self.value.shape)
+    if not np.all(np.isfinite(v)):
+      raise ValueError(f"{self.name!r}: values must be finite")
+    self.value.assign(v)
+
+  def numpy(self) -> np.ndarray:
+    """Current value, `(nworld, dim)` float32 (a host copy)."""
+    return self.value.numpy()
+
+
+@wp.kernel
+def _write_param_rows(
+  # In:
+  nworld: int,
+  value: wp.array2d[float],  # (nworld, dim)
+  cols: wp.array[int],  # (dim,) column in the flat field view
+  scale: float,
+  lane0: int,  # lane of this parameter's first coordinate, -1: no perturbation lanes
+  central: int,
+  eps: float,
+  # Out:
+  field_out: wp.array2d[float],  # (nlane * nworld, ncol)
+  h_out: wp.array2d[float],  # (nworld, dim) realized step
+):
+  lane, w, i = wp.tid()
+  v = value[w, i]
+  col = cols[i]
+  if col < 0:
+    return
+  if lane0 >= 0:
+    h = eps * (1.0 + wp.abs(v))
+    vp = v + h
+    vm = v - h
+    if central == 0:
+      vm = v
+    if lane == 0:
+      h_out[w, i] = (vp - vm) * wp.where(central != 0, 0.5, 1.0)
+    step = wp.where(central != 0, 2, 1)
+    rel = lane - lane0 - step * i
+    if rel >= 0 and rel < step:
+      if rel == 0:
+        v = vp
+      else:
+        v = vm
+  field_out[lane * nworld + w, col] = scale * v
+
+
+@wp.kernel
+def _subtreemass(
+  body_subtreenum: wp.array[int],
+  body_mass: wp.array2d[float],
+  body_subtreemass_out: wp.array2d[float],
+):
+  worldid, bodyid = wp.tid()
+  mass = float(0.0)
+  for j in range(bodyid, bodyid + body_subtreenum[bodyid]):
+    mass += body_mass[worldid % body_mass.shape[0], j]
+  body_subtreemass_out[worldid, bodyid] = mass
+
+
+def _flat(arr: wp.array, width: int) -> wp.array:
+  """Float view `(batch, nelem * width)` of a contiguous field array (no copy)."""
+  batch = arr.shape[0]
+  ncol = (arr.shape[1] if arr.ndim > 1 else 1) * width
+  return wp.array(ptr=arr.ptr, shape=(batch, ncol), dtype=float, device=arr.device, copy=False)
+
+
+class ParamLayout:
+  """The flat parameter vector `theta` `(nworld, nparam)` of a list of bound `Param`s.
+
+  Attributes:
+    params: the parameters, in order.
+    offsets: start of each parameter in `theta`.
+    nparam: total number of scalar parameters.
+    inertial: whether any parameter needs derived constants recomputed.
+  """
+
+  def __init__(self, scene, params: Sequence[Param] | None):
+    params = list(params or [])
+    for p in params:
+      if not isinstance(p, Param):
+        raise TypeError(f"params must be diffsim.Param objects, got {type(p).__name__}")
+      p.bind(scene)
+    names = [p.name for p in params]
+    if len(set(names)) != len(names):
+      raise ValueError(f"duplicate parameters: {names}")
+    self.scene = scene
+    self.params = params
+    self.offsets = np.cumsum([0] + [p.dim for p in params])[:-1].astype(int)
+    self.nparam = int(sum(p.dim for p in params))
+    self.inertial = any(p.inertial for p in params)
+    self._cols = []
+    for p in params:
+      nelem_width = p.width
+      cols = np.array([e * nelem_width + c for e in p.elements for c in p.components], dtype=np.int32)
+      tie = None
+      if p.tie_bias is not None:
+        tie_cols = np.array([e * 10 + 1 if (e in p.tie_bias and c == 0) else -1
+                             for e in p.elements for c in p.components], dtype=np.int32)
+        tie = wp.array(tie_cols, dtype=int, device=scene.device)
+      self._cols.append((wp.array(cols, dtype=int, device=scene.device), tie))
+    fields = {p.field for p in params} | ({"actuator_biasprm"} if any(p.tie_bias is not None for p in params) else set())
+    if self.inertial:
+      fields |= set(_DERIVED)
+    self.fields = fields
+    self.h = wp.zeros((scene.nworld, max(self.nparam, 1)), dtype=float, device=scene.device)
+
+  def apply(self, nlane: int, lane0: int = -1, central: bool = True, eps: float = 1e-2) -> None:
+    """Writes every world's (and lane's) parameter values into the model and updates constants.
+
+    Args:
+      nlane: number of lanes per world.
+      lane0: lane of the first parameter coordinate, or -1 when not differentiating.
+      central: central (two lanes per coordinate) or forward differences.
+      eps: relative step, `h = eps * (1 + |value|)`.
+    """
+    scene = self.scene
+    if not self.params and not scene._applied:
+      return
+    # rows only grow, so arrays captured in a graph stay valid; rows of lanes beyond `nlane` hold
+    # world values and serve set_const, which needs one row per world of the Data it runs on
+    _ensure_batched(scene, self.fields, max(scene._batch, nlane * scene.nworld))
+    nrow = scene._batch // scene.nworld
+    _restore_unapplied(scene, self)
+    for p, off, (cols, tie) in zip(self.params, self.offsets, self._cols):
+      lane_p = lane0 + (2 if central else 1) * int(off) if lane0 >= 0 else -1
+      h = self.h[:, int(off):int(off) + p.dim]
+      flat = _flat(model_field(scene.model, p.field), p.width)
+      wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
+                inputs=[scene.nworld, p.value, cols, 1.0, lane_p, int(central), eps], outputs=[flat, h])
+      if tie is not None:
+        flat = _flat(scene.model.actuator_biasprm, 10)
+        wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
+                  inputs=[scene.nworld, p.value, tie, -1.0, lane_p, int(central), eps], outputs=[flat, h])
+    if self.inertial or scene._needs_set_const:
+      if scene.device.is_capturing:
+        # set_const allocates, so it cannot live in a graph: the caller refreshes constants eagerly
+        warnings.warn("inertial parameters in a captured graph: call Rollout.update_constants() after "
+                      "changing their values and before replaying the graph", stacklevel=3)
+        return
+      update_constants(scene, scene.data(nrow))
+      scene._needs_set_const = self.inertial
+    for p in self.params:
+      scene._applied[p.name] = p
+
+
+def update_constants(scene, data) -> None:
+  """Recomputes constants derived from mass and inertia, as `mj_setConst` does."""
+  import mujoco_warp as mjw
+
+  m = scene.model
+  wp.launch(_subtreemass, dim=(data.nworld, scene.mjm.nbody), device=scene.device,
+            inputs=[m.body_subtreenum, m.body_mass], outputs=[m.body_subtreemass])
+  with wp.ScopedDevice(scene.device):
+    mjw.set_const(m, data, groups=mjw.SetConstGroup.INERT0, restore=False)
+
+
+def _ensure_batched(scene, fields, batch: int) -> None:
+  """Gives each field (and every field batched before) exactly `batch` rows."""
+  scene._batch = batch
+  todo = set(fields) | set(scene._nominal_rows)
+  for f in sorted(todo):
+    arr = model_field(scene.model, f)
+    if f not in scene._nominal_rows:
+      scene._nominal_rows[f] = arr.numpy()[:1].copy()
+    if arr.shape[0] == batch:
+      continue
+    nominal = scene._nominal_rows[f]
+    tiled = np.repeat(nominal, batch, axis=0)
+    set_model_field(scene.model, f, wp.array(tiled, dtype=arr.dtype, device=scene.device))
+    if f in _INERTIAL or f in _DERIVED:
+      scene._needs_set_const = True
+
+
+def _restore_unapplied(scene, layout: ParamLayout) -> None:
+  """Resets fields of parameters applied earlier but not now to their MJCF values."""
+  current = {p.name for p in layout.params}
+  stale = [name for name in scene._applied if name not in current]
+  for name in stale:
+    p = scene._applied.pop(name)
+    for f in [p.field] + (["actuator_biasprm"] if p.tie_bias is not None else []):
+      arr = model_field(scene.model, f)
+      arr.assign(np.repeat(scene._nominal_rows[f], arr.shape[0], axis=0))
+      if p.inertial:
+        scene._needs_set_const = True
+  # the inertial parameters still applied are rewritten below, so their constants are refreshed then

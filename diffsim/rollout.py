@@ -1,0 +1,500 @@
+"""Rollouts of many worlds, differentiable on a `wp.Tape`.
+
+`rollout(scene, ctrl)` steps every world `nstep` times. Inside `with wp.Tape() as tape:` it also
+forms each step's Jacobians (`step.FiniteDifferenceStep`) and records one backward function that
+runs the adjoint recursion with kernels only:
+
+  lam_N = dL/dx_N + S_N^T dL/ds_N
+  lam_k = J_k[:, x]^T lam_{k+1} + S_k[:, x]^T dL/ds_k + dL/dx_k
+  dL/du_k = J_k[:, u]^T lam_{k+1} + S_k[:, u]^T dL/ds_k
+  dL/dtheta = sum_k J_k[:, theta]^T lam_{k+1} + S_k[:, theta]^T dL/ds_k
+
+in the tangent space of `qpos` (quaternion gradients are mapped to and from it).
+
+`Rollout` is the same with every buffer allocated once, for loops and graph capture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import warp as wp
+
+from .kernels import load_quat
+from .params import Param, ParamLayout
+from .step import FiniteDifferenceStep
+
+__all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError"]
+
+_FREE, _BALL = 0, 1
+
+
+class DivergenceError(FloatingPointError):
+  """A rollout produced NaN or Inf; the message names the first world and step."""
+
+
+@dataclass
+class Trajectory:
+  """States and sensors of every world along a rollout (all `wp.array`s with gradients).
+
+  Attributes:
+    qpos: `(nworld, nstep + 1, nq)` positions; row 0 is the initial state.
+    qvel: `(nworld, nstep + 1, nv)` velocities.
+    act: `(nworld, nstep + 1, na)` actuator activations.
+    sensordata: `(nworld, nstep + 1, nsensordata)`; row k is what MuJoCo computes inside the step
+      from state k with `ctrl[:, k]` (row `nstep`: final state, control held at `ctrl[:, nstep - 1]`).
+    ctrl: `(nworld, nstep, nu)` the controls applied.
+    dt: timestep, s.
+  """
+
+  qpos: wp.array
+  qvel: wp.array
+  act: wp.array
+  sensordata: wp.array
+  ctrl: wp.array
+  dt: float
+
+  @property
+  def nstep(self) -> int:
+    return self.qpos.shape[1] - 1
+
+  @property
+  def nworld(self) -> int:
+    return self.qpos.shape[0]
+
+  @property
+  def time(self) -> np.ndarray:
+    """`(nstep + 1,)` s."""
+    return np.arange(self.nstep + 1) * self.dt
+
+  def numpy(self) -> dict[str, np.ndarray]:
+    """Host copies of all arrays, by name."""
+    return {k: getattr(self, k).numpy() for k in ("qpos", "qvel", "act", "sensordata", "ctrl")}
+
+
+class _Buffers:
+  """Per-rollout arrays: trajectory, Jacobians and adjoint workspace."""
+
+  def __init__(self, scene, nstep: int, fd: FiniteDifferenceStep):
+    n, dev = scene.nworld, scene.device
+    z = lambda *shape: wp.zeros(shape, dtype=float, device=dev)
+    g = lambda *shape: wp.zeros(shape, dtype=float, device=dev, requires_grad=True)
+    self.qpos = g(n, nstep + 1, scene.nq)
+    self.qvel = g(n, nstep + 1, scene.nv)
+    self.act = g(n, nstep + 1, scene.na)
+    self.sensordata = g(n, nstep + 1, scene.nsensordata)
+    self.warm = z(n, scene.nv)
+    # defaults and grad sinks, allocated here so a captured graph never points at freed memory
+    self.qpos0 = wp.array(scene.mjm.qpos0.reshape(1, -1).astype(np.float32), dtype=float, device=dev)
+    self.qvel0 = z(1, scene.nv)
+    self.act0 = z(1, scene.na)
+    self.sinks = (z(1, scene.nq), z(1, scene.nv), z(1, scene.na))
+    if fd.differentiable:
+      self.jac = z(n, nstep, scene.nx, fd.nz)
+      self.sjac = z(n, nstep + 1, scene.nsensordata, fd.nz)
+      self.lam = z(n, nstep + 1, scene.nx)
+      self.theta_grad = z(n, max(fd.nparam, 1))
+      self.ctrl_grad = z(n, nstep, scene.nu)  # used when ctrl has no .grad
+    else:
+      self.jac = self.sjac = self.lam = self.theta_grad = self.ctrl_grad = None
+
+
+@wp.kernel
+def _init_state(
+  # In:
+  qpos0: wp.array2d[float],  # (nworld or 1, nq)
+  qvel0: wp.array2d[float],  # (nworld or 1, nv)
+  act0: wp.array2d[float],  # (nworld or 1, na)
+  # Out:
+  qpos_out: wp.array3d[float],
+  qvel_out: wp.array3d[float],
+  act_out: wp.array3d[float],
+  warm_out: wp.array2d[float],
+):
+  w = wp.tid()
+  for i in range(qpos_out.shape[2]):
+    qpos_out[w, 0, i] = qpos0[w % qpos0.shape[0], i]
+  for i in range(qvel_out.shape[2]):
+    qvel_out[w, 0, i] = qvel0[w % qvel0.shape[0], i]
+    warm_out[w, i] = 0.0
+  for i in range(act_out.shape[2]):
+    act_out[w, 0, i] = act0[w % act0.shape[0], i]
+
+
+@wp.func
+def _tangent_grad(
+  c: int, w: int, k: int,
+  jnt_type: wp.array[int], jnt_qposadr: wp.array[int], jnt_dofadr: wp.array[int], dof_jntid: wp.array[int],
+  qpos: wp.array3d[float], qpos_grad: wp.array3d[float],
+) -> float:
+  """dL/d(tangent dof c) from dL/dqpos: for quaternions `0.5 Im(conj(q) * g)` (`dq = 0.5 q * (0, v)`)."""
+  j = dof_jntid[c]
+  typ = jnt_type[j]
+  qadr = jnt_qposadr[j]
+  i = c - jnt_dofadr[j]
+  if typ == _FREE:
+    if i < 3:
+      return qpos_grad[w, k, qadr + i]
+    qadr += 3
+    i -= 3
+  elif typ != _BALL:
+    return qpos_grad[w, k, qadr + i]
+  q = wp.quat(qpos[w, k, qadr + 1], qpos[w, k, qadr + 2], qpos[w, k, qadr + 3], qpos[w, k, qadr])
+  g = wp.quat(qpos_grad[w, k, qadr + 1], qpos_grad[w, k, qadr + 2], qpos_grad[w, k, qadr + 3], qpos_grad[w, k, qadr])
+  r = wp.quat_inverse(q) * g
+  return 0.5 * r[i]
+
+
+@wp.kernel
+def _adjoint_step(
+  # Model:
+  nv: int,
+  na: int,
+  nu: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  # In:
+  k: int,
+  with_state: int,
+  jac: wp.array4d[float],  # (nworld, nstep, nx, nz)
+  sjac: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
+  qpos: wp.array3d[float],  # (nworld, nstep + 1, nq)
+  qpos_grad: wp.array3d[float],
+  qvel_grad: wp.array3d[float],
+  act_grad: wp.array3d[float],
+  sensordata_grad: wp.array3d[float],
+  # Out:
+  lam: wp.array3d[float],  # (nworld, nstep + 1, nx) tangent-space state adjoints
+  ctrl_grad: wp.array3d[float],  # (nworld, nstep, nu) accumulated
+  theta_grad: wp.array2d[float],  # (nworld, nparam) accumulated
+):
+  w, c = wp.tid()
+  nx = 2 * nv + na
+  g = float(0.0)
+  if with_state != 0:
+    for i in range(nx):
+      g += jac[w, k, i, c] * lam[w, k + 1, i]
+  for s in range(sjac.shape[2]):
+    g += sjac[w, k, s, c] * sensordata_grad[w, k, s]
+  if c < nv:
+    lam[w, k, c] = g + _tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
+  elif c < 2 * nv:
+    lam[w, k, c] = g + qvel_grad[w, k, c - nv]
+  elif c < nx:
+    lam[w, k, c] = g + act_grad[w, k, c - 2 * nv]
+  elif c < nx + nu:
+    kc = wp.min(k, ctrl_grad.shape[1] - 1)
+    ctrl_grad[w, kc, c - nx] += g
+  else:
+    theta_grad[w, c - nx - nu] += g
+
+
+@wp.kernel
+def _initial_grad(
+  # Model:
+  njnt: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  # In:
+  qpos: wp.array3d[float],
+  lam: wp.array3d[float],
+  # Out:
+  qpos0_grad: wp.array2d[float],  # (nworld or 1, nq); worlds sharing a row add up
+  qvel0_grad: wp.array2d[float],  # (nworld or 1, nv)
+  act0_grad: wp.array2d[float],  # (nworld or 1, na)
+):
+  w = wp.tid()
+  nv = qvel0_grad.shape[1]
+  rq = w % qpos0_grad.shape[0]
+  for j in range(njnt):
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    dadr = jnt_dofadr[j]
+    if typ == _FREE:
+      for i in range(3):
+        wp.atomic_add(qpos0_grad, rq, qadr + i, lam[w, 0, dadr + i])
+      qadr += 3
+      dadr += 3
+    if typ == _FREE or typ == _BALL:
+      # pull back through v = 2 Im(conj(q) dq): g = 2 q * (0, lam)
+      q = load_quat(qpos[w], 0, qadr)
+      v = wp.quat(lam[w, 0, dadr], lam[w, 0, dadr + 1], lam[w, 0, dadr + 2], 0.0)
+      g = 2.0 * (q * v)
+      wp.atomic_add(qpos0_grad, rq, qadr, g[3])
+      wp.atomic_add(qpos0_grad, rq, qadr + 1, g[0])
+      wp.atomic_add(qpos0_grad, rq, qadr + 2, g[1])
+      wp.atomic_add(qpos0_grad, rq, qadr + 3, g[2])
+    else:
+      wp.atomic_add(qpos0_grad, rq, qadr, lam[w, 0, dadr])
+  for i in range(nv):
+    wp.atomic_add(qvel0_grad, w % qvel0_grad.shape[0], i, lam[w, 0, nv + i])
+  for i in range(act0_grad.shape[1]):
+    wp.atomic_add(act0_grad, w % act0_grad.shape[0], i, lam[w, 0, 2 * nv + i])
+
+
+@wp.kernel
+def _scatter_add(
+  src: wp.array2d[float],  # (nworld, nparam)
+  offset: int,
+  dst: wp.array2d[float],  # (nworld, dim)
+):
+  w, i = wp.tid()
+  dst[w, i] += src[w, offset + i]
+
+
+@wp.kernel
+def _count_nonfinite(a: wp.array3d[float], count: wp.array[int]):
+  w, k, i = wp.tid()
+  if not wp.isfinite(a[w, k, i]):
+    wp.atomic_add(count, 0, 1)
+
+
+@wp.kernel
+def _first_nonfinite_step(a: wp.array3d[float], first: wp.array[int]):
+  w, k, i = wp.tid()
+  if not wp.isfinite(a[w, k, i]):
+    wp.atomic_min(first, w, k)
+
+
+def _as_state(x, name: str, n: int, width: int, scene, default: wp.array) -> wp.array:
+  """`(nworld, width)` or `(width,)` input as a 2-D float array on the scene's device."""
+  if x is None:
+    return default
+  if isinstance(x, wp.array):
+    if x.dtype != wp.float32:
+      raise TypeError(f"{name} must be a float32 wp.array, got dtype {wp.types.type_repr(x.dtype)}")
+    if x.device != scene.device:
+      raise ValueError(f"{name} is on {x.device} but the scene is on {scene.device}; use wp.clone({name}, device=...)")
+    if x.ndim == 1:
+      x = x.reshape((1, x.shape[0]))
+    if x.ndim != 2 or x.shape[1] != width or x.shape[0] not in (1, n):
+      raise ValueError(f"{name} must have shape (nworld={n}, {width}) or ({width},), got {x.shape}")
+    return x
+  a = np.asarray(x, dtype=np.float32)
+  if a.ndim == 1:
+    a = a[None]
+  if a.ndim != 2 or a.shape[1] != width or a.shape[0] not in (1, n):
+    raise ValueError(f"{name} must have shape (nworld={n}, {width}) or ({width},), got {np.shape(x)}")
+  return wp.array(a, dtype=float, device=scene.device)
+
+
+def _check_ctrl(scene, ctrl) -> int:
+  if not isinstance(ctrl, wp.array):
+    raise TypeError(f"ctrl must be a wp.array of shape (nworld, nstep, nu), got {type(ctrl).__name__}; "
+                    "use wp.array(np_ctrl, dtype=float, requires_grad=True)")
+  if ctrl.dtype != wp.float32:
+    raise TypeError(f"ctrl must have dtype float32, got {wp.types.type_repr(ctrl.dtype)}")
+  if ctrl.device != scene.device:
+    raise ValueError(f"ctrl is on {ctrl.device} but the scene is on {scene.device}; "
+                     f"use wp.clone(ctrl, device='{scene.device}')")
+  if ctrl.ndim != 3 or ctrl.shape[0] != scene.nworld or ctrl.shape[2] != scene.nu:
+    raise ValueError(f"ctrl must have shape (nworld={scene.nworld}, nstep, nu={scene.nu}), got {ctrl.shape}")
+  if ctrl.shape[1] < 1:
+    raise ValueError("ctrl has nstep = 0; a rollout needs at least one step")
+  return ctrl.shape[1]
+
+
+def _check_finite_inputs(scene, arrays: dict[str, wp.array]) -> None:
+  count = wp.zeros(1, dtype=int, device=scene.device)
+  for name, a in arrays.items():
+    if a is None or a.size == 0:
+      continue
+    a3 = a.reshape((a.shape[0], -1, a.shape[-1])) if a.ndim != 3 else a
+    wp.launch(_count_nonfinite, dim=a3.shape, inputs=[a3, count], device=scene.device)
+    n = int(count.numpy()[0])
+    if n:
+      raise ValueError(f"{name} contains {n} NaN/Inf value(s); rollouts need finite inputs")
+
+
+class Rollout:
+  """A rollout of `nstep` steps with every buffer allocated once, for loops and graph capture.
+
+  Args:
+    scene: the `Scene`.
+    nstep: number of steps.
+    params: `Param`s applied to the model (and differentiated on a tape).
+    differentiable: form Jacobians when recorded on a tape (lanes: `1 + 2 nz`).
+    central: central differences (default) or forward differences (half the lanes).
+    eps: finite-difference step for states/controls; parameters use `eps * (1 + |theta|)`.
+    check: after each call, raise `DivergenceError` on NaN/Inf (one host read); off in captures.
+
+  Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
+  records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
+  `qvel0.grad`, `act0.grad` (for those that have `.grad`) and each `Param.value.grad`.
+  """
+
+  def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
+               central: bool = True, eps: float = 1e-2, check: bool = False):
+    if not isinstance(nstep, (int, np.integer)) or nstep < 1:
+      raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
+    self.scene = scene
+    self.nstep = int(nstep)
+    self.layout = ParamLayout(scene, params)
+    self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
+                                   eps=eps)
+    self.check = check
+    self._buf = _Buffers(scene, self.nstep, self.fd)
+
+  @property
+  def params(self) -> list[Param]:
+    return self.layout.params
+
+  def __call__(self, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False) -> Trajectory:
+    return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self._buf, linearize=linearize)
+
+  def update_constants(self) -> None:
+    """Writes the parameters and recomputes derived constants (`set_const`) outside a graph.
+
+    A captured graph replays the parameter writes but not `set_const` (it allocates); call this
+    after changing an inertial parameter (`body_mass`, `body_inertia`, `dof_armature`, ...) and
+    before replaying.
+    """
+    fd = self.fd
+    self.layout.apply(fd.nlane, fd.param_lane0, fd.central, fd.eps)
+
+  def jacobians(self) -> tuple[wp.array, wp.array]:
+    """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
+    return self._buf.jac, self._buf.sjac
+
+  def run(self, ctrl, *, qpos0=None, qvel0=None, act0=None, buffers=None, linearize: bool = False) -> Trajectory:
+    """Runs the rollout; see the class docstring. `linearize=True` forms the Jacobians (read them
+    with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton."""
+    scene = self.scene
+    b = buffers or _Buffers(scene, self.nstep, self.fd)
+    if _check_ctrl(scene, ctrl) != self.nstep:
+      raise ValueError(f"ctrl has {ctrl.shape[1]} steps but this Rollout was built for nstep={self.nstep}")
+    n = scene.nworld
+    qpos0_a = _as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0)
+    qvel0_a = _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0)
+    act0_a = _as_state(act0, "act0", n, scene.na, scene, b.act0)
+
+    tape = wp._src.context.runtime.tape
+    differentiate = tape is not None or linearize
+    if differentiate and not self.fd.differentiable:
+      raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
+                         "to linearize; build it with differentiable=True")
+    fd = self.fd
+
+    # MJWarp kernels have no adjoints: keep every launch below off the tape
+    wp._src.context.runtime.tape = None
+    try:
+      stepper = fd if differentiate or not fd.differentiable else _forward_step(self)
+      self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps)
+      stepper.begin()
+      if differentiate:
+        # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
+        for a in (b.qpos, b.qvel, b.act, b.sensordata):
+          a.grad.zero_()
+      wp.launch(_init_state, dim=n, device=scene.device, inputs=[qpos0_a, qvel0_a, act0_a],
+                outputs=[b.qpos, b.qvel, b.act, b.warm])
+      traj = Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt)
+      if differentiate:
+        for k in range(self.nstep):
+          fd.step(traj, ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+        fd.sense(traj, ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+      else:
+        for k in range(self.nstep):
+          stepper.step(traj, ctrl, b.warm, k)
+        stepper.sense(traj, ctrl, b.warm, self.nstep)
+    finally:
+      wp._src.context.runtime.tape = tape
+
+    if tape is not None:
+      inputs = [a for a in (qpos0, qvel0, act0) if isinstance(a, wp.array) and a.requires_grad]
+      arrays = [b.qpos, b.qvel, b.act, b.sensordata] + ([ctrl] if ctrl.requires_grad else []) + inputs
+      arrays += [p.value for p in self.layout.params]
+      tape.record_func(lambda: self._backward(traj, b, qpos0_a, qvel0_a, act0_a), arrays)
+    if self.check:
+      check_finite(traj)
+    return traj
+
+  def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0) -> None:
+    scene, fd = self.scene, self.fd
+    ctrl_grad = traj.ctrl.grad if traj.ctrl.grad is not None else b.ctrl_grad
+    b.theta_grad.zero_()
+    for k in range(self.nstep, -1, -1):
+      wp.launch(_adjoint_step, dim=(scene.nworld, fd.nz), device=scene.device,
+                inputs=[scene.nv, scene.na, scene.nu, scene.jnt_type, scene.jnt_qposadr, scene.jnt_dofadr,
+                        scene.dof_jntid, k, int(k < self.nstep), b.jac, b.sjac, b.qpos, b.qpos.grad,
+                        b.qvel.grad, b.act.grad, b.sensordata.grad],
+                outputs=[b.lam, ctrl_grad, b.theta_grad])
+    n = scene.nworld
+    grads = [a.grad if a.grad is not None else sink for a, sink in zip((qpos0, qvel0, act0), b.sinks)]
+    wp.launch(_initial_grad, dim=n, device=scene.device,
+              inputs=[scene.mjm.njnt, scene.jnt_type, scene.jnt_qposadr, scene.jnt_dofadr, b.qpos, b.lam],
+              outputs=grads)
+    for p, off in zip(self.layout.params, self.layout.offsets):
+      wp.launch(_scatter_add, dim=(n, p.dim), device=scene.device, inputs=[b.theta_grad, int(off)],
+                outputs=[p.value.grad])
+
+
+def _forward_step(ro: Rollout) -> FiniteDifferenceStep:
+  """A one-lane stepper for forward-only calls of a differentiable Rollout."""
+  if not hasattr(ro, "_fwd"):
+    ro._fwd = FiniteDifferenceStep(ro.scene, ro.layout.nparam, differentiable=False)
+  return ro._fwd
+
+
+def check_finite(traj: Trajectory) -> None:
+  """Raises `DivergenceError` naming the first world and step whose state is NaN or Inf."""
+  dev = traj.qpos.device
+  n = traj.nworld
+  first = wp.full(n, traj.nstep + 1, dtype=int, device=dev)
+  for a in (traj.qpos, traj.qvel, traj.act):
+    if a.size:
+      wp.launch(_first_nonfinite_step, dim=a.shape, inputs=[a, first], device=dev)
+  f = first.numpy()
+  bad = np.nonzero(f <= traj.nstep)[0]
+  if bad.size:
+    w = int(bad[np.argmin(f[bad])])
+    raise DivergenceError(
+      f"rollout diverged: world {w} has a NaN/Inf state at step {int(f[w])} (of {traj.nstep}); "
+      f"{bad.size} of {n} worlds diverged. Lower the timestep, the controls, or check the model.")
+
+
+def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params: Sequence[Param] | None = None,
+            central: bool = True, eps: float = 1e-2, check: bool = True) -> Trajectory:
+  """Steps every world of `scene` through `ctrl`; differentiable inside a `wp.Tape`.
+
+  Args:
+    scene: the `Scene`.
+    ctrl: `wp.array3d[float]` `(nworld, nstep, nu)` controls on the scene's device.
+    qpos0: `(nworld, nq)` or `(nq,)` initial positions (`wp.array` with `requires_grad` for
+      gradients, or array-like); default: the model's `qpos0`.
+    qvel0: `(nworld, nv)` or `(nv,)` initial velocities; default 0.
+    act0: `(nworld, na)` or `(na,)` initial activations; default 0.
+    params: `Param`s applied to every world (per-world values) and differentiated.
+    central, eps: finite-difference scheme of the step Jacobians (see `FiniteDifferenceStep`).
+    check: validate inputs for NaN/Inf before, and the state after (raises `DivergenceError`).
+
+  Returns:
+    A new `Trajectory`; after `tape.backward(loss)`, `ctrl.grad`, `qpos0.grad`, `qvel0.grad` and
+    each `param.value.grad` hold d(loss)/d(that).
+  """
+  nstep = _check_ctrl(scene, ctrl)
+  params = list(params or [])
+  differentiate = wp._src.context.runtime.tape is not None
+  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), float(eps))
+  cache = scene.__dict__.setdefault("_rollouts", {})
+  ro = cache.get(key)
+  if ro is None:
+    ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps)
+    cache[key] = ro
+  if check:
+    # validate before any rollout kernel runs
+    for name, x, width in (("qpos0", qpos0, scene.nq), ("qvel0", qvel0, scene.nv), ("act0", act0, scene.na)):
+      if x is not None:
+        _as_state(x, name, scene.nworld, width, scene, None)
+    _check_finite_inputs(scene, {"ctrl": ctrl, **{n: a for n, a in (("qpos0", qpos0), ("qvel0", qvel0),
+                                                                      ("act0", act0)) if isinstance(a, wp.array)}})
+    for p in ro.params:
+      _check_finite_inputs(scene, {f"param {p.name!r}": p.value.reshape((scene.nworld, 1, p.dim))})
+  traj = ro.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0)
+  if check:
+    check_finite(traj)
+  return traj

@@ -1,0 +1,215 @@
+"""MJCF to a batched MuJoCo Warp model and its worlds.
+
+A `Scene` owns the host model (`mujoco.MjModel`, float64), the device model (`mujoco_warp.Model`)
+and the MJWarp `Data` buffers that rollouts step: one with `nworld` worlds for forward-only
+rollouts and, per perturbation-lane count, one with `nlane * nworld` worlds for differentiable ones.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+import warp as wp
+
+__all__ = ["Scene", "SolverSettings", "resolve_device", "set_deterministic", "asset_path"]
+
+_ASSETS = os.path.join(os.path.dirname(__file__), "assets")
+
+
+def asset_path(*parts: str) -> str:
+  """Path of a model shipped with diffsim, e.g. `asset_path("so101", "so101_new_calib.xml")`."""
+  return os.path.join(_ASSETS, *parts)
+
+
+def resolve_device(device: str | wp.context.Device | None) -> wp.context.Device:
+  """`None` means `"cuda:0"` if a CUDA device is available, else `"cpu"`."""
+  wp.init()
+  if device is None:
+    return wp.get_device("cuda:0" if wp.is_cuda_available() else "cpu")
+  try:
+    return wp.get_device(device)
+  except Exception as e:  # Warp raises a bare ValueError/RuntimeError with little context
+    raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N' ({e})") from None
+
+
+_DETERMINISTIC = False
+
+
+def set_deterministic(enabled: bool = True) -> None:
+  """Make repeated rollouts and gradients bitwise identical.
+
+  Sets `wp.config.deterministic = wp.DeterministicMode.RUN_TO_RUN` (fixed order of atomics) and
+  MJWarp's own `opt.deterministic = DeterminismType.ALL` (stable contact and constraint order) on
+  every `Scene` built afterwards. Costs some throughput on GPU; see `benchmarks/`.
+  """
+  global _DETERMINISTIC
+  _DETERMINISTIC = bool(enabled)
+  wp.config.deterministic = wp.DeterministicMode.RUN_TO_RUN if enabled else wp.DeterministicMode.NOT_GUARANTEED
+
+
+@dataclass(frozen=True)
+class SolverSettings:
+  """How the constraint solver runs in every world and perturbation lane.
+
+  Finite-difference Jacobians through contacts are noise unless every lane takes the same solver
+  path (as MuJoCo MPC does): a fixed iteration count with zero tolerance, and a warm start shared
+  by all lanes of a world (the nominal lane's `qacc_warmstart`).
+
+  Attributes:
+    iterations: Newton/CG iterations per step; `None` keeps the MJCF value.
+    ls_iterations: line-search iterations; `None` keeps the MJCF value.
+    tolerance: solver tolerance; 0 runs all iterations so lanes agree.
+  """
+
+  iterations: int | None = None
+  ls_iterations: int | None = None
+  tolerance: float = 0.0
+
+
+def _load_mjmodel(model) -> mujoco.MjModel:
+  if isinstance(model, mujoco.MjModel):
+    return model
+  if isinstance(model, mujoco.MjSpec):
+    try:
+      return model.compile()
+    except Exception as e:
+      raise ValueError(f"could not compile the MjSpec: {e}") from None
+  if isinstance(model, os.PathLike):
+    model = os.fspath(model)
+  if not isinstance(model, str):
+    raise TypeError(f"expected an MJCF path, an MJCF string, an MjSpec or an MjModel, got {type(model).__name__}")
+  is_xml = model.lstrip().startswith("<")
+  if not is_xml and not os.path.exists(model):
+    raise FileNotFoundError(f"MJCF file not found: {model!r} (pass a path or an XML string starting with '<')")
+  try:
+    return mujoco.MjModel.from_xml_string(model) if is_xml else mujoco.MjModel.from_xml_path(model)
+  except ValueError as e:
+    where = "MJCF string" if is_xml else f"MJCF file {model!r}"
+    raise ValueError(f"malformed {where}: {e}") from None
+
+
+class Scene:
+  """A MuJoCo model batched over `nworld` independent worlds on one device.
+
+  Build with `Scene.from_xml(...)`. Attributes:
+    mjm: host model (`mujoco.MjModel`, float64); the reference for nominal values.
+    model: device model (`mujoco_warp.Model`).
+    nworld: number of independent worlds.
+    device: Warp device.
+    nq, nv, na, nu, nsensordata: sizes from `mjm`.
+    nx: tangent state size `2 * nv + na` (qpos perturbed in the tangent space).
+  """
+
+  def __init__(self, mjm: mujoco.MjModel, *, nworld: int, device=None, solver: SolverSettings | None = None,
+               nconmax: int | None = None, njmax: int | None = None):
+    import mujoco_warp as mjw
+
+    if not isinstance(nworld, (int, np.integer)) or nworld < 1:
+      raise ValueError(f"nworld must be a positive integer, got {nworld!r}")
+    self.mjm = mjm
+    self.nworld = int(nworld)
+    self.device = resolve_device(device)
+    self.solver = solver or SolverSettings()
+    if self.solver.iterations is not None:
+      mjm.opt.iterations = self.solver.iterations
+    if self.solver.ls_iterations is not None:
+      mjm.opt.ls_iterations = self.solver.ls_iterations
+    mjm.opt.tolerance = self.solver.tolerance
+    self.nq, self.nv, self.na, self.nu = mjm.nq, mjm.nv, mjm.na, mjm.nu
+    self.nsensordata = mjm.nsensordata
+    self.nx = 2 * mjm.nv + mjm.na
+    self.dt = float(mjm.opt.timestep)
+    self._nconmax = nconmax
+    self._njmax = njmax
+    with wp.ScopedDevice(self.device):
+      try:
+        self.model = mjw.put_model(mjm)
+      except NotImplementedError as e:
+        raise NotImplementedError(f"MuJoCo Warp does not support a feature of this model: {e}") from None
+      if _DETERMINISTIC:
+        self.model.opt.deterministic = mjw.DeterminismType.ALL
+    self._mjd = mujoco.MjData(mjm)
+    mujoco.mj_forward(mjm, self._mjd)
+    self._datas: dict[int, object] = {}
+    # (host) joint tables used by tangent-space kernels
+    self.jnt_type = wp.array(mjm.jnt_type.astype(np.int32), dtype=int, device=self.device)
+    self.jnt_qposadr = wp.array(mjm.jnt_qposadr.astype(np.int32), dtype=int, device=self.device)
+    self.jnt_dofadr = wp.array(mjm.jnt_dofadr.astype(np.int32), dtype=int, device=self.device)
+    self.dof_jntid = wp.array(mjm.dof_jntid.astype(np.int32), dtype=int, device=self.device)
+    clamp = mjm.actuator_ctrllimited.astype(bool) & ~bool(mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CLAMPCTRL)
+    lo = np.where(clamp, mjm.actuator_ctrlrange[:, 0], -np.inf).astype(np.float32)
+    hi = np.where(clamp, mjm.actuator_ctrlrange[:, 1], np.inf).astype(np.float32)
+    self.ctrl_lo = wp.array(lo, dtype=float, device=self.device)  # (nu,) limits MuJoCo clamps ctrl to
+    self.ctrl_hi = wp.array(hi, dtype=float, device=self.device)
+    # parameter bookkeeping, see params.py
+    self._batch = self.nworld  # rows of every batched parameter field
+    self._nominal_rows: dict[str, np.ndarray] = {}  # MJCF row of each batched field
+    self._applied = {}  # name -> Param written into the model
+    self._needs_set_const = False
+
+  @classmethod
+  def from_xml(cls, model, *, nworld: int, device=None, solver: SolverSettings | None = None,
+               nconmax: int | None = None, njmax: int | None = None) -> "Scene":
+    """Builds a scene from an MJCF path, an MJCF string, a `mujoco.MjSpec` or a `mujoco.MjModel`.
+
+    Args:
+      model: MJCF file path or XML string, `mujoco.MjSpec`, or `mujoco.MjModel` (copied).
+      nworld: number of independent worlds.
+      device: Warp device; `None` means `"cuda:0"` if available, else `"cpu"`.
+      solver: constraint-solver settings shared by all worlds and lanes (`SolverSettings`).
+      nconmax, njmax: MJWarp contact / constraint capacity per world (defaults: MJWarp's).
+    """
+    mjm = _load_mjmodel(model)
+    if isinstance(model, mujoco.MjModel):
+      mjm = copy_mjmodel(mjm)
+    return cls(mjm, nworld=nworld, device=device, solver=solver, nconmax=nconmax, njmax=njmax)
+
+  # -- worlds -------------------------------------------------------------------------------------
+
+  def data(self, nlane: int = 1):
+    """MJWarp `Data` with `nlane * nworld` worlds (lane-major: world id = lane * nworld + w)."""
+    import mujoco_warp as mjw
+
+    d = self._datas.get(nlane)
+    if d is None:
+      with wp.ScopedDevice(self.device):
+        d = mjw.put_data(self.mjm, self._mjd, nworld=nlane * self.nworld, nconmax=self._nconmax, njmax=self._njmax)
+      self._datas[nlane] = d
+    return d
+
+  def qpos0(self) -> np.ndarray:
+    """Initial configuration from the MJCF (`qpos0`), `(nq,)` float64."""
+    return self.mjm.qpos0.copy()
+
+  def name2id(self, objtype: mujoco.mjtObj, name: str) -> int:
+    i = mujoco.mj_name2id(self.mjm, objtype, name)
+    if i < 0:
+      kind = mujoco.mjtObj(objtype).name.removeprefix("mjOBJ_").lower()
+      names = [mujoco.mj_id2name(self.mjm, objtype, j) for j in range(_count(self.mjm, objtype))]
+      raise KeyError(f"no {kind} named {name!r} in the model; {kind}s are: {[n for n in names if n]}")
+    return i
+
+  def __repr__(self) -> str:
+    return (f"Scene(nworld={self.nworld}, device={self.device}, nq={self.nq}, nv={self.nv}, na={self.na}, "
+            f"nu={self.nu}, nsensordata={self.nsensordata}, dt={self.dt})")
+
+
+def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:
+  import copy
+
+  return copy.deepcopy(mjm)
+
+
+def _count(mjm: mujoco.MjModel, objtype) -> int:
+  return {
+    mujoco.mjtObj.mjOBJ_BODY: mjm.nbody,
+    mujoco.mjtObj.mjOBJ_JOINT: mjm.njnt,
+    mujoco.mjtObj.mjOBJ_GEOM: mjm.ngeom,
+    mujoco.mjtObj.mjOBJ_SITE: mjm.nsite,
+    mujoco.mjtObj.mjOBJ_ACTUATOR: mjm.nu,
+    mujoco.mjtObj.mjOBJ_SENSOR: mjm.nsensor,
+    mujoco.mjtObj.mjOBJ_TENDON: mjm.ntendon,
+  }.get(objtype, 0)

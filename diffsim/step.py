@@ -1,0 +1,335 @@
+"""The differentiable MJWarp step: forward in MJWarp, Jacobians from perturbation lanes.
+
+MJWarp compiles its kernels with `enable_backward=False`, so diffsim forms each step's Jacobians
+itself. Every world `w` gets `nlane` MJWarp worlds (lane-major ids `lane * nworld + w`): lane 0 is
+the nominal step, and lanes `1 + 2c` / `2 + 2c` step the input coordinate `c` perturbed by `+h` / `-h`
+(central differences; forward differences use one lane per coordinate). The inputs are
+
+  z = [dqpos (nv, tangent space), qvel (nv), act (na), ctrl (nu), theta (nparam)],
+
+so one MJWarp step over `nlane * nworld` worlds yields, for every world, the columns of
+
+  J = d(qpos', qvel', act')/dz   (nx, nz)   = [A B P],  nx = 2 nv + na
+  S = d(sensordata)/dz          (ns, nz)   = [C D Q]
+
+(sensordata as MuJoCo computes it inside `mj_step`, i.e. at the pre-step state). All lanes of a
+world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
+`SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
+
+`FiniteDifferenceStep` is the only place that knows how Jacobians are made; an analytic adjoint
+can replace it behind the same three methods (`begin`, `step`, `sense`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from .kernels import load_quat, quat_integrate, quat_sub, store_quat
+
+__all__ = ["FiniteDifferenceStep"]
+
+_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
+
+
+@wp.kernel
+def _lanes_in(
+  # Model:
+  nworld: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  # In:
+  ctrl_lo: wp.array[float],  # (nu,) control limits (-inf, inf when not clamped)
+  ctrl_hi: wp.array[float],
+  # In:
+  lane_coord: wp.array[int],  # (nlane,) input coordinate perturbed by the lane, -1: nominal
+  lane_sign: wp.array[float],  # (nlane,)
+  eps: float,
+  step: int,
+  ctrl_step: int,
+  qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq)
+  qvel_in: wp.array3d[float],  # (nworld, nstep + 1, nv)
+  act_in: wp.array3d[float],  # (nworld, nstep + 1, na)
+  ctrl_in: wp.array3d[float],  # (nworld, nstep, nu)
+  warm_in: wp.array2d[float],  # (nworld, nv)
+  # Data out:
+  qpos_out: wp.array2d[float],  # (nlane * nworld, nq)
+  qvel_out: wp.array2d[float],
+  act_out: wp.array2d[float],
+  ctrl_out: wp.array2d[float],
+  qacc_warmstart_out: wp.array2d[float],
+):
+  lw = wp.tid()
+  w = lw % nworld
+  lane = lw // nworld
+  nq = qpos_out.shape[1]
+  nv = qvel_out.shape[1]
+  na = act_out.shape[1]
+  nu = ctrl_out.shape[1]
+  for i in range(nq):
+    qpos_out[lw, i] = qpos_in[w, step, i]
+  for i in range(nv):
+    qvel_out[lw, i] = qvel_in[w, step, i]
+    qacc_warmstart_out[lw, i] = warm_in[w, i]
+  for i in range(na):
+    act_out[lw, i] = act_in[w, step, i]
+  for i in range(nu):
+    ctrl_out[lw, i] = ctrl_in[w, ctrl_step, i]
+
+  c = lane_coord[lane]
+  if c < 0:
+    return
+  h = lane_sign[lane] * eps
+  if c < nv:
+    j = dof_jntid[c]
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    k = c - jnt_dofadr[j]
+    if typ == _BALL or (typ == _FREE and k >= 3):
+      if typ == _FREE:
+        qadr += 3
+        k -= 3
+      v = wp.vec3(0.0)
+      v[k] = h
+      store_quat(qpos_out, lw, qadr, quat_integrate(load_quat(qpos_out, lw, qadr), v))
+    else:
+      qpos_out[lw, qadr + k] += h
+  elif c < 2 * nv:
+    qvel_out[lw, c - nv] += h
+  elif c < 2 * nv + na:
+    act_out[lw, c - 2 * nv] += h
+  elif c < 2 * nv + na + nu:
+    # stay inside ctrlrange: MuJoCo clamps there, so a step across the limit would bias the slope
+    i = c - 2 * nv - na
+    ctrl_out[lw, i] = wp.clamp(ctrl_out[lw, i] + h, ctrl_lo[i], ctrl_hi[i])
+
+
+@wp.func
+def _realized_step(x: float, eps: float, central: int, lo: float, hi: float) -> float:
+  """Half the distance between the two inputs actually stepped (float32 rounding and clamping
+  to `[lo, hi]` included), so neither biases the difference; 0 outside `[lo, hi]`, where the
+  input has no effect."""
+  if x < lo or x > hi:
+    return 0.0
+  if central != 0:
+    return 0.5 * (wp.clamp(x + eps, lo, hi) - wp.clamp(x - eps, lo, hi))
+  return wp.clamp(x + eps, lo, hi) - wp.clamp(x, lo, hi)
+
+
+@wp.kernel
+def _lanes_out(
+  # Model:
+  nworld: int,
+  njnt: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  ctrl_lo: wp.array[float],
+  ctrl_hi: wp.array[float],
+  # In:
+  central: int,
+  eps: float,
+  step: int,
+  ctrl_step: int,
+  with_state: int,
+  qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq) nominal inputs
+  qvel_in: wp.array3d[float],
+  act_in: wp.array3d[float],
+  ctrl_in: wp.array3d[float],  # (nworld, nstep, nu)
+  h_param: wp.array2d[float],  # (nworld, nparam) realized parameter steps
+  # Data in:
+  qpos: wp.array2d[float],  # (nlane * nworld, nq) after the step
+  qvel: wp.array2d[float],
+  act: wp.array2d[float],
+  sensordata: wp.array2d[float],
+  # Out:
+  jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz)
+  sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
+):
+  w, c = wp.tid()
+  nv = qvel.shape[1]
+  na = act.shape[1]
+  nu = ctrl_in.shape[2]
+  ns = sensordata.shape[1]
+  nx = 2 * nv + na
+
+  # step actually taken along coordinate c
+  inf = wp.inf
+  h = eps
+  if c < nv:
+    j = dof_jntid[c]
+    typ = jnt_type[j]
+    if typ == _SLIDE or typ == _HINGE or (typ == _FREE and c - jnt_dofadr[j] < 3):
+      h = _realized_step(qpos_in[w, step, jnt_qposadr[j] + c - jnt_dofadr[j]], eps, central, -inf, inf)
+  elif c < 2 * nv:
+    h = _realized_step(qvel_in[w, step, c - nv], eps, central, -inf, inf)
+  elif c < nx:
+    h = _realized_step(act_in[w, step, c - 2 * nv], eps, central, -inf, inf)
+  elif c < nx + nu:
+    i = c - nx
+    h = _realized_step(ctrl_in[w, ctrl_step, i], eps, central, ctrl_lo[i], ctrl_hi[i])
+  else:
+    h = h_param[w, c - nx - nu]
+
+  if central != 0:
+    lp = (1 + 2 * c) * nworld + w
+    lm = (2 + 2 * c) * nworld + w
+  else:
+    lp = (1 + c) * nworld + w
+    lm = w
+  # a control beyond its limit has no effect: zero column
+  inv = float(0.0)
+  if h != 0.0:
+    inv = wp.where(central != 0, 0.5, 1.0) / h
+
+  for s in range(ns):
+    sjac_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
+  if with_state == 0:
+    return
+
+  for j in range(njnt):
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    dadr = jnt_dofadr[j]
+    if typ == _SLIDE or typ == _HINGE:
+      jac_out[w, step, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
+    else:
+      if typ == _FREE:
+        for i in range(3):
+          jac_out[w, step, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
+        qadr += 3
+        dadr += 3
+      dq = quat_sub(load_quat(qpos, lp, qadr), load_quat(qpos, lm, qadr)) * inv
+      for i in range(3):
+        jac_out[w, step, dadr + i, c] = dq[i]
+  for i in range(nv):
+    jac_out[w, step, nv + i, c] = (qvel[lp, i] - qvel[lm, i]) * inv
+  for i in range(na):
+    jac_out[w, step, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
+
+
+@wp.kernel
+def _store_nominal(
+  # In:
+  step: int,
+  store_state: int,
+  # Data in:
+  qpos: wp.array2d[float],  # (nlane * nworld, nq), lane 0 first
+  qvel: wp.array2d[float],
+  act: wp.array2d[float],
+  qacc_warmstart: wp.array2d[float],
+  sensordata: wp.array2d[float],
+  # Out:
+  qpos_out: wp.array3d[float],  # (nworld, nstep + 1, nq)
+  qvel_out: wp.array3d[float],
+  act_out: wp.array3d[float],
+  sensordata_out: wp.array3d[float],  # (nworld, nstep + 1, ns)
+  warm_out: wp.array2d[float],  # (nworld, nv)
+):
+  w = wp.tid()
+  for s in range(sensordata.shape[1]):
+    sensordata_out[w, step, s] = sensordata[w, s]
+  if store_state == 0:
+    return
+  for i in range(qpos.shape[1]):
+    qpos_out[w, step + 1, i] = qpos[w, i]
+  for i in range(qvel.shape[1]):
+    qvel_out[w, step + 1, i] = qvel[w, i]
+    warm_out[w, i] = qacc_warmstart[w, i]
+  for i in range(act.shape[1]):
+    act_out[w, step + 1, i] = act[w, i]
+
+
+class FiniteDifferenceStep:
+  """MJWarp step plus its Jacobians from perturbation lanes (see the module docstring).
+
+  Args:
+    scene: the `Scene`.
+    nparam: number of scalar model parameters in `z` (their lanes are set by `ParamLayout.apply`).
+    differentiable: form Jacobians (`nlane = 1 + 2 nz` central, `1 + nz` forward) or only step
+      the nominal lane (`nlane = 1`).
+    central: central (default) or forward differences.
+    eps: step for state and control coordinates (rad, m, m/s, ctrl units); parameters use
+      `eps * (1 + |theta|)`.
+  """
+
+  def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
+               eps: float = 1e-2):
+    self.scene = scene
+    self.nparam = nparam
+    self.nz = scene.nx + scene.nu + nparam
+    self.differentiable = differentiable
+    self.central = bool(central)
+    self.eps = float(eps)
+    if differentiable:
+      self.nlane = 1 + (2 if central else 1) * self.nz
+    else:
+      self.nlane = 1
+    coord = [-1]
+    sign = [0.0]
+    if differentiable:
+      for c in range(self.nz):
+        coord += [c, c] if central else [c]
+        sign += [1.0, -1.0] if central else [1.0]
+    dev = scene.device
+    self.lane_coord = wp.array(np.array(coord, dtype=np.int32), dtype=int, device=dev)
+    self.lane_sign = wp.array(np.array(sign, dtype=np.float32), dtype=float, device=dev)
+    self.data = scene.data(self.nlane)
+
+  @property
+  def param_lane0(self) -> int:
+    """Lane of the first parameter coordinate (-1 when not differentiating)."""
+    if not self.differentiable:
+      return -1
+    return 1 + (2 if self.central else 1) * (self.scene.nx + self.scene.nu)
+
+  def begin(self) -> None:
+    """Resets time and warm start of every lane before a rollout."""
+    self.data.time.zero_()
+
+  def _lanes_in(self, traj, ctrl, warm, step: int, ctrl_step: int) -> None:
+    s, d = self.scene, self.data
+    wp.launch(
+      _lanes_in, dim=self.nlane * s.nworld, device=s.device,
+      inputs=[s.nworld, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
+              self.lane_coord, self.lane_sign,
+              self.eps, step, ctrl_step, traj.qpos, traj.qvel, traj.act, ctrl, warm],
+      outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart])
+
+  def _lanes_out(self, traj, ctrl, h_param, jac, sjac, step: int, ctrl_step: int, with_state: bool) -> None:
+    s, d = self.scene, self.data
+    wp.launch(
+      _lanes_out, dim=(s.nworld, self.nz), device=s.device,
+      inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
+              int(self.central),
+              self.eps, step, ctrl_step, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
+              d.qpos, d.qvel, d.act, d.sensordata],
+      outputs=[jac, sjac])
+
+  def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None) -> None:
+    """Steps state `k` of `traj` with `ctrl[:, k]`: writes state `k + 1`, sensordata `k` and
+    (when differentiable) `jac[:, k]`, `sjac[:, k]`."""
+    import mujoco_warp as mjw
+
+    s, d = self.scene, self.data
+    self._lanes_in(traj, ctrl, warm, k, k)
+    mjw.step(s.model, d)
+    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, 1, d.qpos, d.qvel, d.act,
+              d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
+    if self.differentiable:
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k, True)
+
+  def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None) -> None:
+    """Sensors at the final state `k` (control held at `ctrl[:, k - 1]`): sensordata `k`, `sjac[:, k]`."""
+    import mujoco_warp as mjw
+
+    s, d = self.scene, self.data
+    self._lanes_in(traj, ctrl, warm, k, k - 1)
+    mjw.forward(s.model, d)
+    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, 0, d.qpos, d.qvel, d.act,
+              d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
+    if self.differentiable:
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k - 1, False)
