@@ -8,8 +8,13 @@ from diffsim.rollout import Trajectory as Trajectory
 from diffsim.rollout import rollout as rollout
 from diffsim.scene import Scene as Scene
 from diffsim.scene import SolverSettings as SolverSettings
+from diffsim.scene import UnknownNameError as UnknownNameError
 from diffsim.scene import asset_path as asset_path
 from diffsim.scene import set_deterministic as set_deterministic
 from diffsim.step import FiniteDifferenceStep as FiniteDifferenceStep
+from diffsim import losses as losses
+from diffsim.trajopt import TrajectoryProblem as TrajectoryProblem
+from diffsim.trajopt import TrajectoryResult as TrajectoryResult
+from diffsim.trajopt import optimize_trajectory as optimize_trajectory
 
 __version__ = "0.1.0"

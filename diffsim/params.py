@@ -21,6 +21,8 @@ import mujoco
 import numpy as np
 import warp as wp
 
+from .scene import UnknownNameError
+
 __all__ = ["Param", "ParamLayout", "FIELD_DOCS"]
 
 _OBJ = {
@@ -75,7 +77,7 @@ def _field_spec(field: str):
     cls, name = types.Model, field
   fields = {f.name: f.type for f in dataclasses.fields(cls)}
   if name not in fields:
-    raise KeyError(f"unknown parameter field {field!r}. {FIELD_DOCS}")
+    raise UnknownNameError(f"unknown parameter field {field!r}. {FIELD_DOCS}")
   spec = fields[name]
   shape = getattr(spec, "shape", None)
   if not shape or shape[0] != "*" or field in _BLOCKED:
@@ -262,7 +264,8 @@ def _write_param_rows(
   if col < 0:
     return
   if lane0 >= 0:
-    h = eps * (1.0 + wp.abs(v))
+    # relative step, with a floor for values at or near zero
+    h = eps * wp.max(wp.abs(v), 0.01)
     vp = v + h
     vm = v - h
     if central == 0:
@@ -346,7 +349,7 @@ class ParamLayout:
       nlane: number of lanes per world.
       lane0: lane of the first parameter coordinate, or -1 when not differentiating.
       central: central (two lanes per coordinate) or forward differences.
-      eps: relative step, `h = eps * (1 + |value|)`.
+      eps: relative step, `h = eps * max(|value|, 0.01)`.
     """
     scene = self.scene
     if not self.params and not scene._applied:

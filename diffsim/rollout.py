@@ -24,7 +24,7 @@ import warp as wp
 
 from .kernels import load_quat
 from .params import Param, ParamLayout
-from .step import FiniteDifferenceStep
+from .step import FiniteDifferenceStep, resolve_eps
 
 __all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError"]
 
@@ -320,7 +320,7 @@ class Rollout:
     params: `Param`s applied to the model (and differentiated on a tape).
     differentiable: form Jacobians when recorded on a tape (lanes: `1 + 2 nz`).
     central: central differences (default) or forward differences (half the lanes).
-    eps: finite-difference step for states/controls; parameters use `eps * (1 + |theta|)`.
+    eps: finite-difference steps (a float, or a dict by input group; see `FiniteDifferenceStep`).
     check: after each call, raise `DivergenceError` on NaN/Inf (one host read); off in captures.
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
@@ -329,7 +329,7 @@ class Rollout:
   """
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
-               central: bool = True, eps: float = 1e-2, check: bool = False):
+               central: bool = True, eps: float | dict | None = None, check: bool = False):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     self.scene = scene
@@ -355,7 +355,7 @@ class Rollout:
     before replaying.
     """
     fd = self.fd
-    self.layout.apply(fd.nlane, fd.param_lane0, fd.central, fd.eps)
+    self.layout.apply(fd.nlane, fd.param_lane0, fd.central, fd.eps["param"])
 
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
@@ -384,7 +384,7 @@ class Rollout:
     wp._src.context.runtime.tape = None
     try:
       stepper = fd if differentiate or not fd.differentiable else _forward_step(self)
-      self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps)
+      self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
       stepper.begin()
       if differentiate:
         # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
@@ -458,7 +458,7 @@ def check_finite(traj: Trajectory) -> None:
 
 
 def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params: Sequence[Param] | None = None,
-            central: bool = True, eps: float = 1e-2, check: bool = True) -> Trajectory:
+            central: bool = True, eps: float | dict | None = None, check: bool = True) -> Trajectory:
   """Steps every world of `scene` through `ctrl`; differentiable inside a `wp.Tape`.
 
   Args:
@@ -479,7 +479,7 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   nstep = _check_ctrl(scene, ctrl)
   params = list(params or [])
   differentiate = wp._src.context.runtime.tape is not None
-  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), float(eps))
+  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), tuple(sorted(resolve_eps(eps).items())))
   cache = scene.__dict__.setdefault("_rollouts", {})
   ro = cache.get(key)
   if ro is None:

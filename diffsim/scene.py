@@ -14,7 +14,14 @@ import mujoco
 import numpy as np
 import warp as wp
 
-__all__ = ["Scene", "SolverSettings", "resolve_device", "set_deterministic", "asset_path"]
+__all__ = ["Scene", "SolverSettings", "UnknownNameError", "resolve_device", "set_deterministic", "asset_path"]
+
+
+class UnknownNameError(KeyError):
+  """A name (of a model element, parameter field, ...) that does not exist; says which do."""
+
+  def __str__(self) -> str:  # KeyError would print the message quoted, with escapes
+    return str(self.args[0]) if self.args else ""
 
 _ASSETS = os.path.join(os.path.dirname(__file__), "assets")
 
@@ -129,6 +136,9 @@ class Scene:
         self.model = mjw.put_model(mjm)
       except NotImplementedError as e:
         raise NotImplementedError(f"MuJoCo Warp does not support a feature of this model: {e}") from None
+      # put_model floors the tolerance at 1e-6 for float32; lanes must not stop early at different
+      # iterations, so the configured (default zero) tolerance is restored
+      self.model.opt.tolerance.fill_(self.solver.tolerance)
       if _DETERMINISTIC:
         self.model.opt.deterministic = mjw.DeterminismType.ALL
     self._mjd = mujoco.MjData(mjm)
@@ -189,7 +199,8 @@ class Scene:
     if i < 0:
       kind = mujoco.mjtObj(objtype).name.removeprefix("mjOBJ_").lower()
       names = [mujoco.mj_id2name(self.mjm, objtype, j) for j in range(_count(self.mjm, objtype))]
-      raise KeyError(f"no {kind} named {name!r} in the model; {kind}s are: {[n for n in names if n]}")
+      plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+      raise UnknownNameError(f"no {kind} named {name!r} in the model; {plural} are: {[n for n in names if n]}")
     return i
 
   def __repr__(self) -> str:

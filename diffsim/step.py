@@ -46,7 +46,7 @@ def _lanes_in(
   # In:
   lane_coord: wp.array[int],  # (nlane,) input coordinate perturbed by the lane, -1: nominal
   lane_sign: wp.array[float],  # (nlane,)
-  eps: float,
+  eps: wp.array[float],  # (nz,) step of each input coordinate
   step: int,
   ctrl_step: int,
   qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq)
@@ -81,7 +81,7 @@ def _lanes_in(
   c = lane_coord[lane]
   if c < 0:
     return
-  h = lane_sign[lane] * eps
+  h = lane_sign[lane] * eps[c]
   if c < nv:
     j = dof_jntid[c]
     typ = jnt_type[j]
@@ -131,7 +131,7 @@ def _lanes_out(
   ctrl_hi: wp.array[float],
   # In:
   central: int,
-  eps: float,
+  eps_z: wp.array[float],  # (nz,)
   step: int,
   ctrl_step: int,
   with_state: int,
@@ -158,6 +158,7 @@ def _lanes_out(
 
   # step actually taken along coordinate c
   inf = wp.inf
+  eps = eps_z[c]
   h = eps
   if c < nv:
     j = dof_jntid[c]
@@ -243,6 +244,27 @@ def _store_nominal(
     act_out[w, step + 1, i] = act[w, i]
 
 
+# qpos steps stay below the ~1 mm width of contact impedance (solimp); larger steps straddle its
+# nonlinearity, smaller ones drown in float32 rounding
+DEFAULT_EPS = {"qpos": 1e-4, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
+
+
+def resolve_eps(eps) -> dict[str, float]:
+  """Finite-difference steps by input group from a float, a dict, or `None` (defaults)."""
+  if eps is None:
+    return dict(DEFAULT_EPS)
+  if isinstance(eps, dict):
+    unknown = set(eps) - set(DEFAULT_EPS)
+    if unknown:
+      raise ValueError(f"unknown eps keys {sorted(unknown)}; use {sorted(DEFAULT_EPS)}")
+    out = {**DEFAULT_EPS, **{k: float(v) for k, v in eps.items()}}
+  else:
+    out = {k: float(eps) for k in DEFAULT_EPS}
+  if not all(v > 0 and np.isfinite(v) for v in out.values()):
+    raise ValueError(f"finite-difference steps must be positive, got {out}")
+  return out
+
+
 class FiniteDifferenceStep:
   """MJWarp step plus its Jacobians from perturbation lanes (see the module docstring).
 
@@ -252,18 +274,20 @@ class FiniteDifferenceStep:
     differentiable: form Jacobians (`nlane = 1 + 2 nz` central, `1 + nz` forward) or only step
       the nominal lane (`nlane = 1`).
     central: central (default) or forward differences.
-    eps: step for state and control coordinates (rad, m, m/s, ctrl units); parameters use
-      `eps * (1 + |theta|)`.
+    eps: step of each input group, a float for all or a dict with keys `"qpos"` (m or rad, in the
+      tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
+      `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS`. Through stiff contacts use a small
+      `"qpos"` step (see the README's note on gradient quality).
   """
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
-               eps: float = 1e-2):
+               eps: float | dict = None):
     self.scene = scene
     self.nparam = nparam
     self.nz = scene.nx + scene.nu + nparam
     self.differentiable = differentiable
     self.central = bool(central)
-    self.eps = float(eps)
+    self.eps = resolve_eps(eps)
     if differentiable:
       self.nlane = 1 + (2 if central else 1) * self.nz
     else:
@@ -275,6 +299,10 @@ class FiniteDifferenceStep:
         coord += [c, c] if central else [c]
         sign += [1.0, -1.0] if central else [1.0]
     dev = scene.device
+    e = self.eps
+    eps_z = [e["qpos"]] * scene.nv + [e["qvel"]] * scene.nv + [e["act"]] * scene.na + [e["ctrl"]] * scene.nu
+    eps_z += [e["param"]] * nparam
+    self.eps_z = wp.array(np.array(eps_z, dtype=np.float32), dtype=float, device=dev)
     self.lane_coord = wp.array(np.array(coord, dtype=np.int32), dtype=int, device=dev)
     self.lane_sign = wp.array(np.array(sign, dtype=np.float32), dtype=float, device=dev)
     self.data = scene.data(self.nlane)
@@ -296,7 +324,7 @@ class FiniteDifferenceStep:
       _lanes_in, dim=self.nlane * s.nworld, device=s.device,
       inputs=[s.nworld, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               self.lane_coord, self.lane_sign,
-              self.eps, step, ctrl_step, traj.qpos, traj.qvel, traj.act, ctrl, warm],
+              self.eps_z, step, ctrl_step, traj.qpos, traj.qvel, traj.act, ctrl, warm],
       outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart])
 
   def _lanes_out(self, traj, ctrl, h_param, jac, sjac, step: int, ctrl_step: int, with_state: bool) -> None:
@@ -305,7 +333,7 @@ class FiniteDifferenceStep:
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
       inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               int(self.central),
-              self.eps, step, ctrl_step, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
+              self.eps_z, step, ctrl_step, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
               d.qpos, d.qvel, d.act, d.sensordata],
       outputs=[jac, sjac])
 

@@ -1,0 +1,34 @@
+"""Shared, session-scoped scenes: the first MJWarp step of a model compiles for tens of seconds."""
+
+import os
+import sys
+
+import pytest
+import warp as wp
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import diffsim  # noqa: E402
+import models  # noqa: E402
+
+wp.config.quiet = True
+
+
+@pytest.fixture(scope="session")
+def cartpole():
+  return diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=2, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def ball_free():
+  return diffsim.Scene.from_xml(models.BALL_FREE, nworld=2, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def rolling_ball():
+  return diffsim.Scene.from_xml(models.ROLLING_BALL, nworld=2, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def so101():
+  return diffsim.Scene.from_xml(models.so101_spec(), nworld=1, device="cpu")

@@ -1,0 +1,148 @@
+"""Tape gradients against central differences of float64 MuJoCo C rollouts.
+
+`check_gradients` differentiates a random linear functional of the whole trajectory (qpos, qvel,
+act, sensordata), written as a Warp kernel, so each check covers every output's adjoint.
+"""
+
+import mujoco
+import numpy as np
+import pytest
+import warp as wp
+
+import diffsim
+from diffsim.gradcheck import check_gradients, mujoco_rollout
+
+TOL = 1e-2  # relative error bar of the core issue
+
+
+def _assert_close(res):
+  print(res)
+  for name, err in res.rel_err.items():
+    assert np.linalg.norm(res.fd[name]) > 1e-6, f"{name}: reference gradient is zero, the check would be empty"
+    assert err < TOL, f"{name}: relative error {err:.2e} >= {TOL} ({res})"
+
+
+def test_cartpole_gradients(cartpole):
+  rng = np.random.default_rng(0)
+  params = [diffsim.Param("body_mass", "pole"), diffsim.Param("dof_damping", "hinge"),
+            diffsim.Param("opt.gravity", components=[2])]
+  res = check_gradients(cartpole, 0.5 * rng.standard_normal((100, 1)), qpos0=[0.1, 0.3], qvel0=[0.0, 0.5],
+                        params=params)
+  _assert_close(res)
+
+
+def test_ball_and_free_joint_gradients(ball_free):
+  m = ball_free.mjm
+  rng = np.random.default_rng(1)
+  qpos0 = m.qpos0.copy()
+  qpos0[1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
+  qvel0 = 0.5 * rng.standard_normal(m.nv)
+  qvel0[7:10] = [1.0, 3.0, -2.0]
+  params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
+  res = check_gradients(ball_free, 0.3 * rng.standard_normal((60, m.nu)), qpos0=qpos0, qvel0=qvel0, params=params)
+  _assert_close(res)
+
+
+def test_contact_gradients_rolling_ball(rolling_ball):
+  """A ball pushed across a plane: one soft contact, rolling with friction."""
+  rng = np.random.default_rng(2)
+  params = [diffsim.Param("body_mass", "ball"), diffsim.Param("dof_damping", "ball")]
+  res = check_gradients(rolling_ball, 2.0 + 0.5 * rng.standard_normal((60, 1)),
+                        qvel0=[0.3, 0, 0, 0, 6.0, 0], params=params)
+  _assert_close(res)
+
+
+def test_so101_gradients(so101):
+  """The SO-101 arm with dry friction (frictionloss) and saturating servos (forcerange).
+
+  Both make the dynamics kinked; MuJoCo's derivative is reproduced with steps below the kinks'
+  width (the defaults give a smoothed gradient instead, see README "Gradient quality").
+  """
+  rng = np.random.default_rng(0)
+  ctrl = np.tile(0.3 * rng.standard_normal(so101.nu), (40, 1)) + 0.05 * rng.standard_normal((40, so101.nu))
+  params = [diffsim.Param("dof_damping", "elbow_flex"), diffsim.Param("dof_armature", "shoulder_lift"),
+            diffsim.Param("actuator_gainprm", "elbow_flex")]
+  res = check_gradients(so101, ctrl, params=params, eps={"qpos": 1e-5, "qvel": 1e-4, "ctrl": 1e-4, "param": 1e-3})
+  _assert_close(res)
+
+
+def test_step_jacobians_match_mjd_transitionFD(cartpole):
+  """Per-step A, B, C, D against MuJoCo's own finite-difference derivatives."""
+  m = cartpole.mjm
+  nstep = 5
+  u = np.full((cartpole.nworld, nstep, 1), 0.3, np.float32)
+  qpos0, qvel0 = np.array([0.2, 0.7]), np.array([0.1, -0.4])
+  ro = diffsim.Rollout(cartpole, nstep)
+  ro(wp.array(u, dtype=float), qpos0=qpos0, qvel0=qvel0, linearize=True)
+  jac, sjac = (a.numpy()[0] for a in ro.jacobians())
+  d = mujoco.MjData(m)
+  d.qpos[:], d.qvel[:] = qpos0, qvel0
+  nx = 2 * m.nv
+  for k in range(nstep):
+    d.ctrl[:] = u[0, k]
+    A, B = np.zeros((nx, nx)), np.zeros((nx, m.nu))
+    C, D = np.zeros((m.nsensordata, nx)), np.zeros((m.nsensordata, m.nu))
+    mujoco.mjd_transitionFD(m, d, 1e-6, True, A, B, C, D)
+    np.testing.assert_allclose(jac[k, :, :nx], A, atol=2e-3 * np.abs(A).max())
+    np.testing.assert_allclose(jac[k, :, nx:], B, atol=2e-3 * np.abs(B).max())
+    np.testing.assert_allclose(sjac[k, :, :nx], C, atol=2e-3 * np.abs(C).max())
+    np.testing.assert_allclose(sjac[k, :, nx:], D, atol=2e-3 * max(np.abs(D).max(), 1e-9))
+    mujoco.mj_step(m, d)
+
+
+@wp.kernel
+def _tip_release_states(
+  sensordata: wp.array3d[float],  # (nworld, nstep + 1, ns): angle, tip_pos (3), tip_vel (3)
+  nstep: int,
+  x0: wp.array[wp.vec3],
+  v0: wp.array[wp.vec3],
+):
+  w = wp.tid()
+  x0[w] = wp.vec3(sensordata[w, nstep, 1], sensordata[w, nstep, 2], sensordata[w, nstep, 3])
+  v0[w] = wp.vec3(sensordata[w, nstep, 4], sensordata[w, nstep, 5], sensordata[w, nstep, 6])
+
+
+@wp.kernel
+def _landing_loss(x: wp.array2d[wp.vec3], nflight: int, target: wp.vec3, loss: wp.array[float]):
+  w = wp.tid()
+  e = x[w, nflight] - target
+  wp.atomic_add(loss, 0, wp.dot(e, e))
+
+
+def test_gravity_kernel_composes_with_rollout(cartpole):
+  """The pole tip is released at the end of a rollout and flies ballistically to a target; the
+  gradient of the landing error with respect to the cart controls crosses both on one tape."""
+  m = cartpole.mjm
+  nstep, nflight, dt_flight = 40, 30, 0.01
+  target = np.array([0.5, 0.0, -0.8])
+  g = np.array([0.0, 0.0, -9.81])
+  u = np.tile(np.linspace(-0.8, 0.8, nstep, dtype=np.float32)[None, :, None], (cartpole.nworld, 1, 1))
+  ctrl = wp.array(u, dtype=float, requires_grad=True)
+  n = cartpole.nworld
+  x0 = wp.zeros(n, dtype=wp.vec3, requires_grad=True)
+  v0 = wp.zeros(n, dtype=wp.vec3, requires_grad=True)
+  loss = wp.zeros(1, dtype=float, requires_grad=True)
+  tape = wp.Tape()
+  with tape:
+    traj = diffsim.rollout(cartpole, ctrl, qpos0=[0.0, 0.4])
+    wp.launch(_tip_release_states, dim=n, inputs=[traj.sensordata, nstep], outputs=[x0, v0])
+    x, _ = diffsim.kernels.ballistic(x0, v0, nstep=nflight, dt=dt_flight, gravity=g)
+    wp.launch(_landing_loss, dim=n, inputs=[x, nflight, wp.vec3(*target)], outputs=[loss])
+  tape.backward(loss)
+  grad = ctrl.grad.numpy()[0, :, 0]
+
+  def landing_error(u0):
+    ref = mujoco_rollout(m, u0[:, None], qpos0=[0.0, 0.4])
+    xk, vk = ref["sensordata"][nstep, 1:4], ref["sensordata"][nstep, 4:7]
+    for _ in range(nflight):  # the same semi-implicit Euler as integrate_gravity
+      vk = vk + g * dt_flight
+      xk = xk + vk * dt_flight
+    return float(np.sum((xk - target) ** 2))
+
+  u0 = u[0, :, 0].astype(np.float64)
+  h = 1e-6
+  fd = np.array([(landing_error(u0 + h * e) - landing_error(u0 - h * e)) / (2 * h) for e in np.eye(nstep)])
+  assert np.isclose(loss.numpy()[0] / n, landing_error(u0), rtol=1e-3)
+  assert np.linalg.norm(fd) > 1e-3
+  rel = np.linalg.norm(grad - fd) / np.linalg.norm(fd)
+  assert rel < TOL, f"relative error {rel:.2e}"

@@ -1,0 +1,149 @@
+"""Forward rollouts against float64 MuJoCo C, per-world parameters, capture and determinism."""
+
+import mujoco
+import numpy as np
+import pytest
+import warp as wp
+
+import diffsim
+from diffsim.gradcheck import mujoco_rollout, set_mjmodel_params
+
+
+def _ctrl(scene, nstep, seed=0, scale=0.5):
+  rng = np.random.default_rng(seed)
+  return (scale * rng.standard_normal((scene.nworld, nstep, scene.nu))).astype(np.float32)
+
+
+def test_cartpole_matches_mj_step_200_steps(cartpole):
+  u = _ctrl(cartpole, 200)
+  qpos0 = np.array([[0.1, 0.3], [-0.2, 2.0]], np.float32)
+  qvel0 = np.array([[0.0, 1.0], [0.5, -1.0]], np.float32)
+  traj = diffsim.rollout(cartpole, wp.array(u, dtype=float), qpos0=qpos0, qvel0=qvel0)
+  for w in range(2):
+    ref = mujoco_rollout(cartpole.mjm, u[w].astype(np.float64), qpos0=qpos0[w], qvel0=qvel0[w])
+    np.testing.assert_allclose(traj.qpos.numpy()[w], ref["qpos"], atol=2e-4)
+    np.testing.assert_allclose(traj.qvel.numpy()[w], ref["qvel"], atol=2e-3)
+    np.testing.assert_allclose(traj.sensordata.numpy()[w], ref["sensordata"], atol=2e-3)
+
+
+def test_ball_and_free_joints_match_mj_step_200_steps(ball_free):
+  m = ball_free.mjm
+  u = _ctrl(ball_free, 200, scale=0.2)
+  qpos0 = m.qpos0.copy()
+  qpos0[1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
+  qvel0 = np.zeros(m.nv)
+  qvel0[7:10] = [1.0, 3.0, -2.0]  # spin the free body
+  traj = diffsim.rollout(ball_free, wp.array(u, dtype=float), qpos0=qpos0, qvel0=qvel0)
+  ref = mujoco_rollout(m, u[0].astype(np.float64), qpos0=qpos0, qvel0=qvel0)
+  np.testing.assert_allclose(traj.qpos.numpy()[0], ref["qpos"], atol=1e-3)
+  np.testing.assert_allclose(traj.sensordata.numpy()[0], ref["sensordata"], atol=1e-3)
+  # quaternions stay unit
+  q = traj.qpos.numpy()[0]
+  np.testing.assert_allclose(np.linalg.norm(q[:, 8:12], axis=1), 1.0, atol=1e-5)
+
+
+def test_per_world_parameters_match_mujoco(cartpole):
+  """Each world simulates its own pole mass (derived constants included)."""
+  mass = diffsim.Param("body_mass", "pole")
+  mass.bind(cartpole)
+  mass.assign([[0.3], [0.9]])
+  u = _ctrl(cartpole, 100, seed=1)
+  traj = diffsim.rollout(cartpole, wp.array(u, dtype=float), qpos0=[0.0, 0.5], params=[mass])
+  for w, value in enumerate([0.3, 0.9]):
+    mjm = _copy(cartpole.mjm)
+    set_mjmodel_params(mjm, {mass: [value]})
+    ref = mujoco_rollout(mjm, u[w].astype(np.float64), qpos0=[0.0, 0.5])
+    np.testing.assert_allclose(traj.qpos.numpy()[w], ref["qpos"], atol=2e-4)
+  # the two worlds really differ
+  assert np.abs(traj.qpos.numpy()[0] - traj.qpos.numpy()[1]).max() > 1e-2
+  # a later rollout without the parameter simulates the MJCF model again
+  plain = diffsim.rollout(cartpole, wp.array(u, dtype=float), qpos0=[0.0, 0.5])
+  ref = mujoco_rollout(cartpole.mjm, u[1].astype(np.float64), qpos0=[0.0, 0.5])
+  np.testing.assert_allclose(plain.qpos.numpy()[1], ref["qpos"], atol=2e-4)
+
+
+def test_position_servo_gain_keeps_bias_consistent(so101):
+  """actuator_gainprm of a position actuator is kp: biasprm[1] follows as -kp."""
+  kp = diffsim.Param("actuator_gainprm", "elbow_flex")
+  kp.bind(so101)
+  kp.assign([30.0])
+  u = np.tile(np.array([0.0, 0.3, -0.4, 0.2, 0.0, 0.1], np.float32), (1, 50, 1))
+  traj = diffsim.rollout(so101, wp.array(u, dtype=float), params=[kp])
+  mjm = _copy(so101.mjm)
+  set_mjmodel_params(mjm, {kp: [30.0]})
+  act = mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, "elbow_flex")
+  assert mjm.actuator_biasprm[act, 1] == -30.0
+  ref = mujoco_rollout(mjm, u[0].astype(np.float64))
+  np.testing.assert_allclose(traj.qpos.numpy()[0], ref["qpos"], atol=2e-4)
+
+
+def test_outside_a_tape_runs_one_lane(cartpole):
+  u = wp.array(_ctrl(cartpole, 10), dtype=float)
+  diffsim.rollout(cartpole, u)
+  forward = [ro for key, ro in cartpole._rollouts.items() if key[0] == 10 and not key[2]]
+  assert forward and all(ro.fd.nlane == 1 for ro in forward)
+
+
+@wp.kernel
+def _final_angle_loss(qpos: wp.array3d[float], nstep: int, loss: wp.array[float]):
+  w = wp.tid()
+  a = qpos[w, nstep, 1] - 3.14159
+  wp.atomic_add(loss, 0, a * a)
+
+
+def _gradient_step(ro, ctrl, loss):
+  tape = wp.Tape()
+  with tape:
+    traj = ro(ctrl)
+    wp.launch(_final_angle_loss, dim=ro.scene.nworld, inputs=[traj.qpos, ro.nstep], outputs=[loss])
+  tape.backward(loss)
+
+
+def test_captured_graph_replays_eager_gradients(cartpole):
+  nstep = 30
+  damping = diffsim.Param("dof_damping", "hinge")
+  ro = diffsim.Rollout(cartpole, nstep, params=[damping])
+  ctrl = wp.array(_ctrl(cartpole, nstep, seed=3), dtype=float, requires_grad=True)
+  loss = wp.zeros(1, dtype=float, requires_grad=True)
+
+  def iteration():
+    loss.zero_()
+    ctrl.grad.zero_()
+    damping.value.grad.zero_()
+    _gradient_step(ro, ctrl, loss)
+
+  iteration()
+  eager = ctrl.grad.numpy().copy(), damping.value.grad.numpy().copy(), loss.numpy().copy()
+  assert np.abs(eager[0]).max() > 0
+  with wp.ScopedCapture(device=cartpole.device) as capture:
+    iteration()
+  ctrl.grad.zero_()
+  wp.capture_launch(capture.graph)
+  np.testing.assert_array_equal(ctrl.grad.numpy(), eager[0])
+  np.testing.assert_array_equal(damping.value.grad.numpy(), eager[1])
+  np.testing.assert_array_equal(loss.numpy(), eager[2])
+
+
+def test_deterministic_gradients_are_bitwise_equal():
+  diffsim.set_deterministic(True)
+  try:
+    scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=3, device="cpu")
+    ro = diffsim.Rollout(scene, 20)
+    ctrl = wp.array(_ctrl(scene, 20, seed=4), dtype=float, requires_grad=True)
+    grads = []
+    for _ in range(2):
+      loss = wp.zeros(1, dtype=float, requires_grad=True)
+      ctrl.grad.zero_()
+      _gradient_step(ro, ctrl, loss)
+      grads.append(ctrl.grad.numpy().copy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    assert scene.model.opt.deterministic != 0
+    assert wp.config.deterministic == wp.DeterministicMode.RUN_TO_RUN
+  finally:
+    diffsim.set_deterministic(False)
+
+
+def _copy(mjm):
+  import copy
+
+  return copy.deepcopy(mjm)
