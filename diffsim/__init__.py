@@ -12,6 +12,7 @@ from diffsim.scene import UnknownNameError as UnknownNameError
 from diffsim.scene import asset_path as asset_path
 from diffsim.scene import set_deterministic as set_deterministic
 from diffsim.step import FiniteDifferenceStep as FiniteDifferenceStep
+from diffsim.gradcheck import check_gradients as check_gradients
 from diffsim import losses as losses
 from diffsim.trajopt import TrajectoryProblem as TrajectoryProblem
 from diffsim.trajopt import TrajectoryResult as TrajectoryResult
