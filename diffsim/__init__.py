@@ -1,6 +1,8 @@
 """diffsim: differentiable MuJoCo Warp rollouts for trajectory optimization and system identification."""
 
+from diffsim import data as data
 from diffsim import kernels as kernels
+from diffsim import sysid as sysid
 from diffsim.params import Param as Param
 from diffsim.rollout import DivergenceError as DivergenceError
 from diffsim.rollout import Rollout as Rollout

@@ -393,14 +393,9 @@ class Rollout:
       wp.launch(_init_state, dim=n, device=scene.device, inputs=[qpos0_a, qvel0_a, act0_a],
                 outputs=[b.qpos, b.qvel, b.act, b.warm])
       traj = Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt)
-      if differentiate:
-        for k in range(self.nstep):
-          fd.step(traj, ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
-        fd.sense(traj, ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
-      else:
-        for k in range(self.nstep):
-          stepper.step(traj, ctrl, b.warm, k)
-        stepper.sense(traj, ctrl, b.warm, self.nstep)
+      for k in range(self.nstep):
+        stepper.step(traj, ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+      stepper.sense(traj, ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
     finally:
       wp._src.context.runtime.tape = tape
 
