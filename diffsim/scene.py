@@ -128,6 +128,7 @@ class Scene:
     self.nq, self.nv, self.na, self.nu = mjm.nq, mjm.nv, mjm.na, mjm.nu
     self.nsensordata = mjm.nsensordata
     self.nx = 2 * mjm.nv + mjm.na
+    self.has_contacts = _can_make_contacts(mjm)
     self.dt = float(mjm.opt.timestep)
     self._nconmax = nconmax
     self._njmax = njmax
@@ -206,6 +207,17 @@ class Scene:
   def __repr__(self) -> str:
     return (f"Scene(nworld={self.nworld}, device={self.device}, nq={self.nq}, nv={self.nv}, na={self.na}, "
             f"nu={self.nu}, nsensordata={self.nsensordata}, dt={self.dt})")
+
+
+def _can_make_contacts(mjm: mujoco.MjModel) -> bool:
+  """Whether any two geoms of different bodies can collide (or explicit pairs exist)."""
+  if mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
+    return False
+  if mjm.npair:
+    return True
+  ct, ca, body = mjm.geom_contype, mjm.geom_conaffinity, mjm.geom_bodyid
+  hit = ((ct[:, None] & ca[None, :]) | (ca[:, None] & ct[None, :])) != 0
+  return bool((hit & (body[:, None] != body[None, :])).any())
 
 
 def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:

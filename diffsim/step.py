@@ -244,20 +244,23 @@ def _store_nominal(
     act_out[w, step + 1, i] = act[w, i]
 
 
-# qpos steps stay below the ~1 mm width of contact impedance (solimp); larger steps straddle its
-# nonlinearity, smaller ones drown in float32 rounding
-DEFAULT_EPS = {"qpos": 1e-4, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
+# Steps by input group. Larger steps lose less to float32 rounding; but in a model that can make
+# contacts, qpos steps must stay below the ~1 mm width of contact impedance (solimp), or the
+# difference straddles its nonlinearity.
+DEFAULT_EPS = {"qpos": 1e-3, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
+CONTACT_QPOS_EPS = 1e-4
 
 
-def resolve_eps(eps) -> dict[str, float]:
+def resolve_eps(eps, has_contacts: bool = False) -> dict[str, float]:
   """Finite-difference steps by input group from a float, a dict, or `None` (defaults)."""
+  defaults = {**DEFAULT_EPS, "qpos": CONTACT_QPOS_EPS if has_contacts else DEFAULT_EPS["qpos"]}
   if eps is None:
-    return dict(DEFAULT_EPS)
+    return defaults
   if isinstance(eps, dict):
     unknown = set(eps) - set(DEFAULT_EPS)
     if unknown:
       raise ValueError(f"unknown eps keys {sorted(unknown)}; use {sorted(DEFAULT_EPS)}")
-    out = {**DEFAULT_EPS, **{k: float(v) for k, v in eps.items()}}
+    out = {**defaults, **{k: float(v) for k, v in eps.items()}}
   else:
     out = {k: float(eps) for k in DEFAULT_EPS}
   if not all(v > 0 and np.isfinite(v) for v in out.values()):
@@ -276,8 +279,8 @@ class FiniteDifferenceStep:
     central: central (default) or forward differences.
     eps: step of each input group, a float for all or a dict with keys `"qpos"` (m or rad, in the
       tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
-      `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS`. Through stiff contacts use a small
-      `"qpos"` step (see the README's note on gradient quality).
+      `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONTACT_QPOS_EPS` in models that
+      can make contacts; see the README's note on gradient quality).
   """
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
@@ -287,7 +290,7 @@ class FiniteDifferenceStep:
     self.nz = scene.nx + scene.nu + nparam
     self.differentiable = differentiable
     self.central = bool(central)
-    self.eps = resolve_eps(eps)
+    self.eps = resolve_eps(eps, scene.has_contacts)
     if differentiable:
       self.nlane = 1 + (2 if central else 1) * self.nz
     else:
