@@ -119,6 +119,22 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int) -
   }
 
 
+def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats: int) -> dict:
+  """Captured forward and gradient time with `diffsim.set_deterministic` off and on."""
+  out = {"model": model, "nworld": nworld, "nstep": nstep}
+  for flag in (False, True):
+    diffsim.set_deterministic(flag)
+    try:
+      row = bench_case(model, nworld, nstep, device, repeats)
+    finally:
+      diffsim.set_deterministic(False)
+    key = "on" if flag else "off"
+    out[f"fwd_s_{key}"], out[f"grad_s_{key}"], out["device"] = row["fwd_s"], row["grad_s"], row["device"]
+  out["fwd_cost"] = out["fwd_s_on"] / out["fwd_s_off"]
+  out["grad_cost"] = out["grad_s_on"] / out["grad_s_off"]
+  return out
+
+
 def table(rows: list[dict]) -> str:
   head = ("| model | worlds | steps | fwd eager (ws/s) | fwd captured (ws/s) | raw mjw.step (ws/s) | mujoco.rollout "
           "(ws/s) | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | lanes | compile (s) |")

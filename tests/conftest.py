@@ -13,22 +13,25 @@ import models  # noqa: E402
 
 wp.config.quiet = True
 
+# CPU by default; benchmarks/gpu_check.sh runs the gradient checks with DIFFSIM_TEST_DEVICE=cuda:0
+DEVICE = os.environ.get("DIFFSIM_TEST_DEVICE", "cpu")
+
 
 @pytest.fixture(scope="session")
 def cartpole():
-  return diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=2, device="cpu")
+  return diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=2, device=DEVICE)
 
 
 @pytest.fixture(scope="session")
 def ball_free():
-  return diffsim.Scene.from_xml(models.BALL_FREE, nworld=2, device="cpu")
+  return diffsim.Scene.from_xml(models.BALL_FREE, nworld=2, device=DEVICE)
 
 
 @pytest.fixture(scope="session")
 def rolling_ball():
-  return diffsim.Scene.from_xml(models.ROLLING_BALL, nworld=2, device="cpu")
+  return diffsim.Scene.from_xml(models.ROLLING_BALL, nworld=2, device=DEVICE)
 
 
 @pytest.fixture(scope="session")
 def so101():
-  return diffsim.Scene.from_xml(models.so101_spec(), nworld=1, device="cpu")
+  return diffsim.Scene.from_xml(models.so101_spec(), nworld=1, device=DEVICE)
