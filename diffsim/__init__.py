@@ -21,3 +21,4 @@ from diffsim.trajopt import TrajectoryResult as TrajectoryResult
 from diffsim.trajopt import optimize_trajectory as optimize_trajectory
 
 __version__ = "0.1.0"
+from diffsim import interop as interop

@@ -1,0 +1,246 @@
+"""The same gradient by diffsim and by MJX (`jax.grad` through `mjx.step`), side by side.
+
+Case (issue #5): cart-pole (`diffsim.asset_path("cartpole.xml")`), `nstep` = 100 steps from the
+model's `qpos0` at rest, fixed random controls in [-0.4, 0.4] (inside the control range, so no
+clamping kinks), loss = sum of squares of the final `qpos` of each world; the gradient is
+d(loss)/d(ctrl), `(nworld, nstep, nu)`, at 1, 64 and 1024 worlds.
+
+  - diffsim: a `diffsim.Rollout(scene, nstep)` recorded on a `wp.Tape`, a loss kernel and
+    `tape.backward`, all captured once with `wp.ScopedCapture` and replayed with
+    `wp.capture_launch` (as `bench_rollout.py` does); forward: a non-differentiable `Rollout`,
+    captured the same way.
+  - MJX: `jax.jit(jax.vmap(jax.grad(loss)))` with `jax.lax.scan` over `mjx.step`; forward: the
+    same scan without `grad`. Timed after a warm-up (compile) call, with `block_until_ready`.
+
+Each row reports both times, the ratio diffsim / MJX (below 1: diffsim faster; the median of
+per-repeat ratios, with the two sides timed alternately so that load from other processes hits both
+alike), the forward throughputs, and the relative error between the two gradients
+(`|g_diffsim - g_mjx| / |g_mjx|`, Frobenius norms over all worlds) and the largest final-`qpos`
+difference, as checks that both compute the same thing (diffsim's step Jacobians are central finite
+differences in float32; on cart-pole they agree with MJX's reverse mode to ~1e-5). "First call" is
+compilation (XLA; Warp's kernels, usually cached in `~/.cache/warp`) plus one run, reported apart.
+
+Run: `python -m benchmarks.bench_mjx [--device cpu] [--sizes 1 64 1024] [--nstep 100] [--repeats 3]`.
+Needs `pip install "jax[cpu]" mujoco-mjx` (diffsim's `jax` extra has JAX, not MJX; mujoco-mjx 3.17
+is the newest release and runs with mujoco 4.0). Prints a Markdown table and writes
+`benchmarks/results/mjx_<device>.json`. On a 2-core CPU the default sizes take ~7 minutes.
+
+Where diffsim is slower, and why (2-core CPU, `--device cpu`; figures from two runs on a machine
+shared with other jobs, so absolute times are ~2-4x above issue #5's, ratios less affected):
+  - 1 world: diffsim is faster (0.64-0.72x MJX's time in two runs). Launch overhead dominates
+    both; diffsim's 11 finite-difference lanes ride in the same kernel launches as the nominal one
+    (its gradient cost 2.6-3x its forward), while MJX's reverse mode through a 100-step `scan` cost
+    8-23x its own forward pass.
+  - 64 and 1024 worlds: diffsim is 3-5x slower (64: 2.9x and 5.5x, 1024: 3.4x and 3.1x in two
+    runs). Not because of the adjoint: diffsim's gradient costs ~(1 + 2 nz) = 11 MJWarp steps per
+    step (nz = 2 nv + na + nu = 5 on cart-pole), measured 7-11x its own forward, comparable to or
+    below MJX's gradient / forward ratio (10-25x). It is the forward step itself: MJWarp on the CPU
+    runs 6-10x fewer world-steps/s than MJX at 64-1024 worlds, because Warp runs each CPU kernel
+    launch single-threaded (a loop over the launch's threads) and an MJWarp step is many small
+    launches, whereas XLA fuses MJX's vmapped step into a few vectorized loops and can spread them
+    over both cores. That slower step, times 11 lanes, makes the gradient slower.
+  - diffsim targets the GPU, where the 11 x nworld lanes of a step run in parallel in one captured
+    graph; run this file with `--device cuda:0` there (JAX stays on its own default device, named in
+    the `jax_device` field) for the comparison that matters to diffsim's goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import mujoco
+import numpy as np
+import warp as wp
+
+import diffsim
+
+from .bench_rollout import _final_qpos_loss, write_json
+
+# MJX gradient times measured on 2 CPU cores (issue #5), by world count.
+REFERENCE_MJX_GRAD_S = {1: 6.1e-3, 64: 62e-3, 1024: 1.03}
+REFERENCE_MJX_FWD_WSPS_1024 = 1.7e6
+
+
+def _wall(fn) -> float:
+  """Wall time of one call of `fn()` (s); `fn` waits for its device work."""
+  t = time.perf_counter()
+  fn()
+  return time.perf_counter() - t
+
+
+def controls(mjm: mujoco.MjModel, nworld: int, nstep: int, seed: int = 0) -> np.ndarray:
+  """`(nworld, nstep, nu)` float32 controls in the middle 40% of each control range."""
+  rng = np.random.default_rng(seed)
+  lo, hi = mjm.actuator_ctrlrange.T
+  return (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, mjm.nu))).astype(np.float32)
+
+
+def mjx_case(mjm: mujoco.MjModel, u: np.ndarray) -> dict:
+  """MJX forward and gradient of the final-state loss, batched over worlds with `vmap`: compiled
+  and run once; returns the results and the two calls to time."""
+  import jax
+  import jax.numpy as jnp
+  from mujoco import mjx
+
+  m = mjx.put_model(mjm)
+  d0 = mjx.make_data(m)
+
+  def final_qpos(ctrl):  # (nstep, nu) -> (nq,)
+    def step(d, c):
+      return mjx.step(m, d.replace(ctrl=c)), None
+
+    d, _ = jax.lax.scan(step, d0, ctrl)
+    return d.qpos
+
+  def loss(ctrl):
+    return jnp.sum(final_qpos(ctrl) ** 2)
+
+  fwd = jax.jit(jax.vmap(final_qpos))
+  grad = jax.jit(jax.vmap(jax.grad(loss)))
+  uj = jnp.asarray(u)
+
+  t = time.perf_counter()
+  g = np.asarray(grad(uj).block_until_ready())
+  qpos = np.asarray(fwd(uj).block_until_ready())
+  first_call_s = time.perf_counter() - t
+  return {"grad": g, "qpos": qpos, "first_call_s": first_call_s, "device": str(jax.devices()[0].platform),
+          "run_grad": lambda: grad(uj).block_until_ready(), "run_fwd": lambda: fwd(uj).block_until_ready()}
+
+
+def diffsim_case(u: np.ndarray, device) -> dict:
+  """diffsim forward and gradient of the same loss, each run eagerly once (compiling), captured;
+  returns the results and the two graph replays to time."""
+  nworld, nstep, _ = u.shape
+  t0 = time.perf_counter()
+  scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=nworld, device=device)
+  ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
+
+  fwd = diffsim.Rollout(scene, nstep, differentiable=False)
+  fwd_traj = fwd(ctrl)
+  wp.synchronize()
+  first_call_s = time.perf_counter() - t0
+  with wp.ScopedCapture(device=scene.device) as fwd_cap:
+    fwd(ctrl)
+
+  def replay_fwd():
+    wp.capture_launch(fwd_cap.graph)
+    wp.synchronize_device(scene.device)
+
+  replay_fwd()
+  qpos = fwd_traj.qpos.numpy()[:, nstep]  # the replay rewrote the same buffers
+
+  ro = diffsim.Rollout(scene, nstep)
+  loss = wp.zeros(1, dtype=float, device=scene.device, requires_grad=True)
+
+  def gradient():
+    loss.zero_()
+    ctrl.grad.zero_()
+    tape = wp.Tape()
+    with tape:
+      traj = ro(ctrl)
+      wp.launch(_final_qpos_loss, dim=(nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
+                device=scene.device)
+    tape.backward(loss)
+
+  t1 = time.perf_counter()
+  gradient()  # eager once: compiles the Jacobian and adjoint kernels
+  wp.synchronize()
+  first_call_s += time.perf_counter() - t1
+  with wp.ScopedCapture(device=scene.device) as grad_cap:
+    gradient()
+
+  def replay_grad():
+    wp.capture_launch(grad_cap.graph)
+    wp.synchronize_device(scene.device)
+
+  replay_grad()
+  return {"grad": ctrl.grad.numpy(), "qpos": qpos, "first_call_s": first_call_s, "device": str(scene.device),
+          "nlane": ro.fd.nlane, "run_grad": replay_grad, "run_fwd": replay_fwd}
+
+
+def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
+  mjm = mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml"))
+  u = controls(mjm, nworld, nstep)
+  ds = diffsim_case(u, device)
+  mx = mjx_case(mjm, u)
+  # interleaved, so that a load spike from other processes hits both sides alike
+  times = {k: [] for k in ("ds_grad", "mx_grad", "ds_fwd", "mx_fwd")}
+  for _ in range(repeats):
+    for key, fn in (("ds_grad", ds["run_grad"]), ("mx_grad", mx["run_grad"]), ("ds_fwd", ds["run_fwd"]),
+                    ("mx_fwd", mx["run_fwd"])):
+      times[key].append(_wall(fn))
+  ds["grad_s"], mx["grad_s"], ds["fwd_s"], mx["fwd_s"] = (float(np.median(times[k])) for k in times)
+  ratio = lambda a, b: float(np.median(np.array(times[a]) / np.array(times[b])))  # per-pair, then median
+  rel = float(np.linalg.norm(ds["grad"] - mx["grad"]) / max(np.linalg.norm(mx["grad"]), 1e-30))
+  qpos_err = float(np.abs(ds["qpos"] - mx["qpos"]).max())
+  ws = nworld * nstep
+  return {
+    "model": "cartpole", "nworld": nworld, "nstep": nstep, "device": ds["device"], "jax_device": mx["device"],
+    "nlane": ds["nlane"],
+    "mjx_fwd_s": mx["fwd_s"], "mjx_fwd_wsps": ws / mx["fwd_s"], "mjx_grad_s": mx["grad_s"],
+    "diffsim_fwd_s": ds["fwd_s"], "diffsim_fwd_wsps": ws / ds["fwd_s"], "diffsim_grad_s": ds["grad_s"],
+    "grad_ratio": ratio("ds_grad", "mx_grad"), "fwd_ratio": ratio("ds_fwd", "mx_fwd"), "repeats": repeats,
+    "grad_rel_err": rel, "final_qpos_max_abs_diff": qpos_err,
+    "mjx_first_call_s": mx["first_call_s"], "diffsim_first_call_s": ds["first_call_s"],
+    "reference_mjx_grad_s": REFERENCE_MJX_GRAD_S.get(nworld),
+  }
+
+
+def table(rows: list[dict]) -> str:
+  head = ("| worlds | steps | MJX fwd (ws/s) | diffsim fwd (ws/s) | MJX grad (s) | diffsim grad (s) | "
+          "diffsim / MJX (grad) | grad rel. err | MJX grad, issue #5 (s) | first call MJX / diffsim (s) |")
+  lines = [head, "|" + "---|" * 10]
+  for r in rows:
+    ref = r["reference_mjx_grad_s"]
+    lines.append(
+      f"| {r['nworld']} | {r['nstep']} | {r['mjx_fwd_wsps']:.3g} | {r['diffsim_fwd_wsps']:.3g} | "
+      f"{r['mjx_grad_s']:.3g} | {r['diffsim_grad_s']:.3g} | {r['grad_ratio']:.2f} | {r['grad_rel_err']:.1e} | "
+      f"{'-' if ref is None else f'{ref:.3g}'} | {r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f} |")
+  return "\n".join(lines)
+
+
+def versions() -> dict:
+  import importlib.metadata as md
+
+  out = {}
+  for name in ("mujoco", "mujoco-mjx", "mujoco-warp", "warp-lang", "jax", "jaxlib"):
+    try:
+      out[name] = md.version(name)
+    except md.PackageNotFoundError:
+      out[name] = None
+  out["cpu_count"] = os.cpu_count()
+  return out
+
+
+def main(argv=None) -> list[dict]:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--device", default=None, help="diffsim's device: cpu or cuda:0 (default: cuda:0 if available)")
+  parser.add_argument("--sizes", nargs="+", type=int, default=[1, 64, 1024], help="world counts")
+  parser.add_argument("--nstep", type=int, default=100)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  args = parser.parse_args(argv)
+  try:
+    import jax  # noqa: F401
+    from mujoco import mjx  # noqa: F401
+  except ImportError as e:
+    parser.exit(2, f"bench_mjx needs JAX and MJX: pip install 'jax[cpu]' mujoco-mjx ({e})\n")
+  wp.config.quiet = True
+
+  rows = []
+  for n in args.sizes:
+    rows.append(bench_case(n, args.nstep, args.device, args.repeats))
+    print(f"[bench_mjx] {n} worlds: diffsim {rows[-1]['diffsim_grad_s']:.3g} s, MJX {rows[-1]['mjx_grad_s']:.3g} s",
+          file=sys.stderr, flush=True)
+  print(table(rows))
+  device = rows[0]["device"].replace(":", "") if rows else "none"
+  write_json(os.path.join(args.out, f"mjx_{device}.json"), {"argv": list(argv if argv is not None else sys.argv[1:]),
+                                                           "versions": versions(), "rows": rows})
+  return rows
+
+
+if __name__ == "__main__":
+  main()
