@@ -228,7 +228,7 @@ def main(argv=None) -> list[dict]:
     from mujoco import mjx  # noqa: F401
   except ImportError as e:
     parser.exit(2, f"bench_mjx needs JAX and MJX: pip install 'jax[cpu]' mujoco-mjx ({e})\n")
-  wp.config.quiet = True
+  wp.config.log_level = wp.LOG_WARNING
 
   rows = []
   for n in args.sizes:

@@ -166,7 +166,7 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
-  wp.config.quiet = True
+  wp.config.log_level = wp.LOG_WARNING
   from tqdm import tqdm
 
   cases = [(m, n) for m in args.models for n in args.sizes]

@@ -52,7 +52,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the suite runs")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
-  wp.config.quiet = True
+  wp.config.log_level = wp.LOG_WARNING
   if args.quick:
     args.sizes, args.nstep, args.repeats = [2], 3, 1
   common = ["--nstep", str(args.nstep), "--repeats", str(args.repeats), "--out", args.out]

@@ -100,6 +100,16 @@ def _field_spec(field: str):
   return dtype, shape[1], width
 
 
+def _host_row(scene, field: str, width: int) -> np.ndarray:
+  """The MJCF value of a field, `(nelem, width)`: float64 from `mjm` where MuJoCo has the field,
+  else MJWarp's float32 row."""
+  host = getattr(scene.mjm.opt, field[4:], None) if field.startswith("opt.") else getattr(scene.mjm, field, None)
+  device = model_field(scene.model, field).numpy()[0].reshape(-1, width)
+  if isinstance(host, np.ndarray) and host.size == device.size:
+    return np.asarray(host, dtype=np.float64).reshape(-1, width)
+  return device.astype(np.float64)
+
+
 def model_field(model, field: str) -> wp.array:
   if field.startswith("opt."):
     return getattr(model.opt, field[4:])
@@ -209,7 +219,7 @@ class Param:
     if self.scene is not None and (self.scene.nworld != scene.nworld or self.scene.mjm is not scene.mjm):
       raise ValueError(f"{self.name!r} is bound to another scene; make a new Param for this one")
     self.elements = self._resolve_elements(scene)
-    row = model_field(scene.model, self.field).numpy()[0].reshape(-1, self.width)
+    row = _host_row(scene, self.field, self.width)
     nominal = np.array([row[e, c] for e in self.elements for c in self.components], dtype=np.float64)
     positive = self.field in _POSITIVE
     self.lower = np.broadcast_to(np.asarray(0.0 if (self._lower is None and positive) else
@@ -223,7 +233,7 @@ class Param:
     # position servos: gain kp also sets biasprm[1] = -kp
     self.tie_bias = None
     if self.field == "actuator_gainprm" and 0 in self.components:
-      bias = scene.model.actuator_biasprm.numpy()[0]
+      bias = scene.mjm.actuator_biasprm
       tie = np.array([e for e in self.elements if bias[e][1] != 0.0 and np.isclose(bias[e][1], -row[e, 0])])
       self.tie_bias = tie if tie.size else None
     self.nominal = nominal

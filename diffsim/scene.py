@@ -140,6 +140,9 @@ class Scene:
       # put_model floors the tolerance at 1e-6 for float32; lanes must not stop early at different
       # iterations, so the configured (default zero) tolerance is restored
       self.model.opt.tolerance.fill_(self.solver.tolerance)
+      # ... and so every step reaches the iteration limit by design: MJWarp's warning would flood
+      quiet = int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
+      self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~quiet
       if _DETERMINISTIC:
         self.model.opt.deterministic = mjw.DeterminismType.ALL
     self._mjd = mujoco.MjData(mjm)

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import diffsim  # noqa: E402
 import models  # noqa: E402
 
-wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING
 
 # CPU by default; benchmarks/gpu_check.sh runs the gradient checks with DIFFSIM_TEST_DEVICE=cuda:0
 DEVICE = os.environ.get("DIFFSIM_TEST_DEVICE", "cpu")

@@ -1,0 +1,149 @@
+"""The `diffsim` command line: `diffsim <command> ...` (see `diffsim --help`).
+
+Commands:
+  sysid   identify model parameters from recorded trajectories (`diffsim.sysid.identify`).
+
+Each command is a `_add_<name>(subparsers)` function that registers its parser and sets
+`func(args) -> exit code`; add new commands the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+__all__ = ["main"]
+
+_SYSID_EPILOG = """\
+examples:
+  diffsim sysid pendulum.xml run1.npz run2.npz --param body_mass:pole --param dof_damping:hinge --out out/
+  diffsim sysid so101.xml rec.csv --param dof_damping:elbow_flex --bounds dof_damping:elbow_flex=0.1,5 \\
+      --weight qvel=0.1 --shooting 50 --starts 4 --device cuda:0
+
+Recorded data: .npz with time (T,), ctrl (T, nu) and qpos (T, nq) / qvel (T, nv) / sensordata
+(T, nsensordata), or .csv with a header naming columns (time, ctrl:<actuator>, qpos:<joint>, ...);
+see the docstring of diffsim.data. Writes OUTDIR/params.json, OUTDIR/model.xml and PNG plots.
+"""
+
+
+def _pair(text: str, what: str):
+  name, sep, value = text.rpartition("=")
+  if not sep or not name:
+    raise argparse.ArgumentTypeError(f"expected NAME=VALUE for {what}, got {text!r}")
+  return name, value
+
+
+def _bound(text: str):
+  name, value = _pair(text, "--bounds")
+  parts = value.split(",")
+  if len(parts) != 2:
+    raise argparse.ArgumentTypeError(f"expected NAME=LOWER,UPPER for --bounds (empty for none), got {text!r}")
+  try:
+    lo, hi = (float(p) if p.strip() else None for p in parts)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"bounds must be numbers: {text!r}") from None
+  return name, (lo, hi)
+
+
+def _weight(text: str):
+  name, value = _pair(text, "--weight")
+  try:
+    return name, float(value)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"weight must be a number: {text!r}") from None
+
+
+def _add_sysid(sub) -> None:
+  p = sub.add_parser(
+    "sysid", help="identify model parameters from recorded trajectories",
+    description="Identify MuJoCo model parameters that make the simulation reproduce recorded data "
+                "(Levenberg-Marquardt on MJWarp rollouts, one world per trajectory).",
+    epilog=_SYSID_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("model", metavar="MODEL.xml", help="MJCF model; its values are the initial guess")
+  p.add_argument("data", metavar="DATA", nargs="+", help="recordings (.npz or .csv); all share the parameters")
+  p.add_argument("--param", "-p", dest="params", action="append", required=True, metavar="FIELD:ELEMENT",
+                 help="parameter to identify, e.g. body_mass:ball, dof_damping:slide, opt.gravity (repeatable)")
+  p.add_argument("--bounds", action="append", type=_bound, default=[], metavar="NAME=LO,HI",
+                 help="bounds of a parameter (empty side: none); default (0, inf) for positive quantities")
+  p.add_argument("--weight", action="append", type=_weight, default=[], metavar="KEY=W",
+                 help="residual weight: qpos, qvel, sensordata, qpos:<joint>, qvel:<joint>, sensor:<name>")
+  p.add_argument("--no-normalize", action="store_true",
+                 help="do not divide each signal by its spread (weights then carry the units)")
+  p.add_argument("--solver", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
+  p.add_argument("--iters", type=int, default=30, help="maximum iterations (default 30)")
+  p.add_argument("--lr", type=float, default=0.05, help="Adam step, relative to each parameter (default 0.05)")
+  p.add_argument("--shooting", type=int, default=None, metavar="K",
+                 help="multiple shooting: restart from the measured state every K samples")
+  p.add_argument("--starts", type=int, default=1, help="initial guesses solved in parallel worlds (default 1)")
+  p.add_argument("--seed", type=int, default=0, help="seed of the random initial guesses")
+  p.add_argument("--fit-qpos0", action="store_true",
+                 help="also solve for each recording's initial position (noisy position data); unmeasured "
+                      "initial velocities are always solved for")
+  p.add_argument("--resample", action="store_true",
+                 help="resample recordings whose sample times are not multiples of the model timestep")
+  p.add_argument("--device", default=None, help="Warp device: cpu, cuda, cuda:N (default: cuda if available)")
+  p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
+  p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+  p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+  p.add_argument("--verbose", "-v", action="store_true", help="show Warp's initialization and kernel-loading logs")
+  p.set_defaults(func=_run_sysid)
+
+
+def _run_sysid(args) -> int:
+  from . import data as _data
+  from . import sysid
+
+  if args.iters < 0 or args.starts < 1:
+    print("diffsim sysid: error: --iters must be >= 0 and --starts >= 1", file=sys.stderr)
+    return 2
+  try:
+    import warp as wp
+
+    if not args.verbose:
+      wp.config.log_level = wp.LOG_WARNING  # keep stdout for the summary: no init banner, no module logs
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always", sysid.IdentifiabilityWarning)
+      res = sysid.identify(
+        args.model, list(args.data), args.params, bounds=dict(args.bounds), weights=dict(args.weight),
+        normalize=not args.no_normalize, solver=args.solver, iters=args.iters, lr=args.lr, shooting=args.shooting,
+        starts=args.starts, seed=args.seed, resample=args.resample, fit_qpos0=args.fit_qpos0, device=args.device,
+        out=args.out, plots=not args.no_plots, progress=not args.quiet)
+  except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,
+          NotImplementedError, FloatingPointError) as e:
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+    print(f"diffsim sysid: error: {msg}", file=sys.stderr)
+    return 2
+  for w in caught:
+    if not issubclass(w.category, sysid.IdentifiabilityWarning):
+      print(f"warning: {w.message}", file=sys.stderr)
+  for m in res.warnings:
+    print(f"warning: {m}", file=sys.stderr)
+  print(res.summary() + f"; wrote {os.path.join(args.out, 'params.json')}")
+  return 0 if res.success else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+    prog="diffsim", description="Differentiable MuJoCo Warp: system identification and trajectory optimization.")
+  from . import __version__
+
+  parser.add_argument("--version", action="version", version=f"diffsim {__version__}")
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+  _add_sysid(sub)
+  return parser
+
+
+def main(argv=None) -> int:
+  """Runs the command line; returns the exit code (0 success, 1 not converged, 2 bad input)."""
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if getattr(args, "func", None) is None:
+    parser.print_help()
+    return 0 if argv is not None or len(sys.argv) > 1 else 2
+  return args.func(args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

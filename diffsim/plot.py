@@ -1,0 +1,144 @@
+"""PNG plots (matplotlib, Agg canvas: never opens a window, never touches pyplot's global state).
+
+`figure()` and `save_png()` are shared helpers; `sysid_plots(result, out)` writes the system
+identification plots: measured vs simulated signals before and after, cost per iteration, and
+parameter traces.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mujoco
+import numpy as np
+
+__all__ = ["figure", "save_png", "sysid_plots", "plot_signals", "plot_cost", "plot_params"]
+
+
+def figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, row_height: float = 2.2, sharex: bool = True):
+  """A `(Figure, axes array)` on an Agg canvas, `axes` shaped `(nrows, ncols)`."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  fig = Figure(figsize=(width, max(2.5, row_height * nrows)), layout="constrained")
+  FigureCanvasAgg(fig)
+  axes = fig.subplots(nrows, ncols, sharex=sharex, squeeze=False)
+  return fig, axes
+
+
+def save_png(fig, path, *, dpi: int = 110) -> str:
+  """Saves `fig` as PNG through a temporary file and a rename (an existing file survives a failure)."""
+  from .data import _atomic_write
+
+  _atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+  return os.fspath(path)
+
+
+def _channels(mjm, rec, max_channels: int):
+  """`(kind, column, label)` of measured scalar signals worth plotting, at most `max_channels`."""
+  out = []
+  if rec.qpos is not None:
+    for j in range(mjm.njnt):
+      if int(mjm.jnt_type[j]) >= 2:  # hinge/slide: qpos is the joint coordinate
+        name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint {j}"
+        unit = "rad" if int(mjm.jnt_type[j]) == 3 else "m"
+        out.append(("qpos", int(mjm.jnt_qposadr[j]), f"qpos {name} ({unit})"))
+  if rec.qvel is not None and len(out) < max_channels:
+    for j in range(mjm.njnt):
+      if int(mjm.jnt_type[j]) >= 2:
+        name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint {j}"
+        out.append(("qvel", int(mjm.jnt_dofadr[j]), f"qvel {name}"))
+  if rec.sensordata is not None:
+    mask = rec.sensor_mask if rec.sensor_mask is not None else np.ones(mjm.nsensordata, bool)
+    for s in range(mjm.nsensor):
+      name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_SENSOR, s) or f"sensor {s}"
+      for i in range(int(mjm.sensor_dim[s])):
+        col = int(mjm.sensor_adr[s]) + i
+        if mask[col]:
+          out.append(("sensordata", col, f"{name}" + (f"[{i}]" if mjm.sensor_dim[s] > 1 else "")))
+  return out[:max_channels]
+
+
+def plot_signals(path, mjm, rec, before: dict, after: dict, *, title: str = "", max_channels: int = 8) -> str:
+  """Measured vs simulated (initial guess and identified) signals of one recording.
+
+  Args:
+    path: PNG path.
+    mjm: the model (for names).
+    rec: the `diffsim.data.Recording`.
+    before, after: simulated `{kind: (T, columns)}` at the recording's rows.
+  """
+  chans = _channels(mjm, rec, max_channels)
+  fig, axes = figure(max(len(chans), 1), 1)
+  t = rec.time - rec.time[0]
+  for ax, (kind, col, label) in zip(axes[:, 0], chans):
+    ax.plot(t, getattr(rec, kind)[:, col], ".", color="k", ms=2.5, label="measured")
+    ax.plot(t, before[kind][:, col], "-", color="tab:red", lw=1, alpha=0.8, label="initial guess")
+    ax.plot(t, after[kind][:, col], "-", color="tab:blue", lw=1.2, label="identified")
+    ax.set_ylabel(label, fontsize=8)
+    ax.grid(alpha=0.3)
+  axes[0, 0].legend(fontsize=7, loc="upper right", ncols=3)
+  axes[-1, 0].set_xlabel("time (s)")
+  if title:
+    fig.suptitle(title, fontsize=10)
+  return save_png(fig, path)
+
+
+def plot_cost(path, fun: np.ndarray, *, title: str = "cost per iteration") -> str:
+  """Cost (log scale) per iteration."""
+  fig, axes = figure(1, 1, row_height=3.0)
+  ax = axes[0, 0]
+  f = np.asarray(fun, dtype=np.float64)
+  ax.semilogy(np.arange(f.size), np.where(f > 0, f, np.nan), "o-", ms=3)
+  ax.set_xlabel("iteration")
+  ax.set_ylabel("cost 0.5 |r|^2")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3, which="both")
+  return save_png(fig, path)
+
+
+def plot_params(path, x: np.ndarray, labels, *, std: np.ndarray | None = None, truth: np.ndarray | None = None) -> str:
+  """Trace of each scalar parameter over the iterations (one panel each, at most 12)."""
+  x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+  n = min(x.shape[1], 12)
+  fig, axes = figure(n, 1, row_height=1.6)
+  it = np.arange(x.shape[0])
+  for i in range(n):
+    ax = axes[i, 0]
+    ax.plot(it, x[:, i], "o-", ms=3, color="tab:blue")
+    if std is not None and np.isfinite(std[i]):
+      ax.fill_between(it[-1:] + np.array([-0.3, 0.3]), x[-1, i] - 2 * std[i], x[-1, i] + 2 * std[i],
+                      color="tab:blue", alpha=0.25, lw=0, label="±2 std")
+    if truth is not None and np.isfinite(truth[i]):
+      ax.axhline(truth[i], color="k", ls="--", lw=1, label="truth")
+    ax.set_ylabel(labels[i], fontsize=7)
+    ax.grid(alpha=0.3)
+  axes[-1, 0].set_xlabel("iteration")
+  return save_png(fig, path)
+
+
+def sysid_plots(result, out, *, max_recordings: int = 3, truth: dict | None = None) -> dict[str, str]:
+  """Writes `signals[_i].png`, `cost.png` and `params.png` for a `SysIdResult` into folder `out`.
+
+  Args:
+    result: a `diffsim.sysid.SysIdResult`.
+    out: folder.
+    max_recordings: plot the signals of at most this many recordings.
+    truth: `{name: value}` reference values drawn in `params.png`.
+  """
+  p = result._plot
+  files = {}
+  recs = p["recs"]
+  for i, rec in enumerate(recs[:max_recordings]):
+    name = "signals.png" if i == 0 else f"signals_{i}.png"
+    files[f"signals{'' if i == 0 else '_' + str(i)}"] = plot_signals(
+      os.path.join(out, name), p["mjm"], rec, p["before"][i], p["after"][i],
+      title=f"{rec.source}: measured vs simulated")
+  files["cost"] = plot_cost(os.path.join(out, "cost.png"), result.history["fun"])
+  ref = None
+  if truth:
+    ref = np.concatenate([np.atleast_1d(np.asarray(truth.get(name, np.full(np.size(v), np.nan)), float))
+                          for name, v in result.x.items()])
+  files["params_plot"] = plot_params(os.path.join(out, "params.png"), result.history["x"], result.labels,
+                                     std=result.theta_std, truth=ref)
+  return files

@@ -1,0 +1,1498 @@
+"""System identification: model parameters that make MJWarp reproduce recorded trajectories.
+
+`identify(model, data, params)` fits named model parameters (`"body_mass:ball"`,
+`"dof_damping:slide"`, ...) to recordings (see `diffsim.data` for the format) by minimizing
+
+  cost = 0.5 |r|^2,   r = W (simulated - measured),
+
+over every sample of every recording (`qpos` residuals in the tangent space, so quaternions work).
+Each recording, or with multiple shooting each segment of one, runs in its own MJWarp world; all
+worlds share one parameter set, and several initial guesses (multi-start) run side by side in more
+worlds. Initial velocities that were not measured (and, with `fit_qpos0`, noisy initial positions)
+are unknowns too, solved for with the parameters; each world's block of them is eliminated from the
+normal equations on its own (Schur complement), so thousands of shooting segments stay cheap.
+
+Solvers:
+  - `"lm"` (default): Levenberg-Marquardt (Gauss-Newton with Marquardt damping, projected onto
+    the bounds). The residual Jacobian comes from *tangent-linear (forward) propagation* of the
+    per-step Jacobians that a linearized rollout forms anyway (`Rollout(linearize=True)`):
+    `dx_{k+1}/dtheta = A_k dx_k/dtheta + P_k`, `ds_k/dtheta = C_k dx_k/dtheta + Q_k`, one kernel
+    launch per step with a thread per (world, parameter). The alternative, reverse mode on the
+    tape, needs one backward sweep per residual block (sample x signal, all worlds at once): cost
+    `nsample * nres` sweeps, growing with the square of the recording length, against one sweep
+    for any length. Measured on CPU (pendulum, 2 parameters, 6 residuals per sample;
+    `jacobian="tape"` gives the same matrix, see the tests):
+
+      samples   linearized rollout   tangent-linear sweep   tape (rollout + backward sweeps)
+      51        0.8 s                0.004 s                2.5 s  (306 sweeps)
+      101       1.8 s                0.012 s                11.6 s (606 sweeps)
+      201       3.5 s                0.009 s                34.6 s (1206 sweeps)
+
+    So an LM iteration costs one linearized rollout; its nominal lane also gives the cost at the
+    trial point, so accepting or rejecting a step needs no extra rollout.
+  - `"adam"`: first-order, with the gradient of the cost from one `tape.backward()` sweep. For
+    problems with very many parameters, where the dense `nparam x nparam` normal equations and the
+    `(nworld, nsample, nres, nparam)` Jacobian become the bottleneck; needs far more iterations
+    than LM, and keeps initial states at their measured or estimated values. The step Jacobians are finite differences with two lanes per parameter either way, so a
+    rollout's cost grows with the parameter count in both.
+
+Multiple shooting (`shooting=k`) restarts from the measured state every `k` samples: long or
+unstable recordings stay close to the data, and on launch-bound devices (CPU) shorter rollouts in
+more worlds are also faster. Unmeasured initial velocities of the segments are solved for.
+
+Confidence: at the solution, `cov = s^2 (J^T J)^-1` with `s^2 = 2 cost / (nresidual - nunknown)`
+(the residual variance; with weights `1 / sigma` it is about 1), marginalized over the initial
+velocities. A parameter the residuals do not depend on, or a combination they do not depend on
+(a zero eigenvalue of `J^T J` scaled to a unit diagonal), is reported as not identifiable, with
+`std = inf`; a condition number above 1e8 as ill-conditioned, naming the parameters involved.
+
+Precision: MJWarp simulates in float32 and the step Jacobians are central differences. On
+noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
+1e-7 to 1e-5 (pendulum mass and damping; SO-101 damping and armature); `frictionloss`, a
+non-smooth constraint force, to about 1e-4 on noise-free data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time as _time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import mujoco
+import numpy as np
+import warp as wp
+
+from . import data as _data
+from .kernels import quat_sub
+from .params import Param, _POSITIVE
+from .rollout import Rollout
+from .scene import Scene, SolverSettings, _load_mjmodel, copy_mjmodel
+
+__all__ = ["identify", "SysIdResult", "IdentifiabilityWarning", "identified_spec", "write_mjcf", "parse_param"]
+
+_FREE, _BALL = 0, 1
+
+
+class IdentifiabilityWarning(UserWarning):
+  """The data do not determine some parameter (or combination) well."""
+
+
+# -- kernels ----------------------------------------------------------------------------------------
+
+
+@wp.kernel
+def _residuals(
+  # Model:
+  njnt: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  # In:
+  slot_step: wp.array2d[int],  # (nworld, nsample) simulation step of each sample, -1: padding
+  qpos: wp.array3d[float],  # (nworld, nstep + 1, nq) simulated
+  qvel: wp.array3d[float],  # (nworld, nstep + 1, nv)
+  sensordata: wp.array3d[float],  # (nworld, nstep + 1, ns)
+  meas_qpos: wp.array3d[float],  # (nworld, nsample, nq) measured
+  meas_qvel: wp.array3d[float],  # (nworld, nsample, nv)
+  meas_sensordata: wp.array3d[float],  # (nworld, nsample, ns)
+  weight: wp.array3d[float],  # (nworld, nsample, nres) 0 where not measured
+  # Out:
+  res_out: wp.array3d[float],  # (nworld, nsample, nres) = weight * (simulated - measured)
+):
+  w, j = wp.tid()
+  k = slot_step[w, j]
+  if k < 0:
+    return
+  nv = meas_qvel.shape[2]
+  # qpos in the tangent space of the measurement (quaternions as rotation vectors, mju_subQuat)
+  for jnt in range(njnt):
+    typ = jnt_type[jnt]
+    qadr = jnt_qposadr[jnt]
+    dadr = jnt_dofadr[jnt]
+    if typ == _FREE or typ == _BALL:
+      if typ == _FREE:
+        for i in range(3):
+          res_out[w, j, dadr + i] = weight[w, j, dadr + i] * (qpos[w, k, qadr + i] - meas_qpos[w, j, qadr + i])
+        qadr += 3
+        dadr += 3
+      qs = wp.quat(qpos[w, k, qadr + 1], qpos[w, k, qadr + 2], qpos[w, k, qadr + 3], qpos[w, k, qadr])
+      qm = wp.quat(meas_qpos[w, j, qadr + 1], meas_qpos[w, j, qadr + 2], meas_qpos[w, j, qadr + 3],
+                   meas_qpos[w, j, qadr])
+      dq = quat_sub(qs, qm)
+      for i in range(3):
+        res_out[w, j, dadr + i] = weight[w, j, dadr + i] * dq[i]
+    else:
+      res_out[w, j, dadr] = weight[w, j, dadr] * (qpos[w, k, qadr] - meas_qpos[w, j, qadr])
+  for i in range(nv):
+    res_out[w, j, nv + i] = weight[w, j, nv + i] * (qvel[w, k, i] - meas_qvel[w, j, i])
+  for s in range(meas_sensordata.shape[2]):
+    res_out[w, j, 2 * nv + s] = weight[w, j, 2 * nv + s] * (sensordata[w, k, s] - meas_sensordata[w, j, s])
+
+
+@wp.kernel
+def _half_sum_squares(
+  # In:
+  res: wp.array3d[float],  # (nworld, nsample, nres)
+  world_start: wp.array[int],  # (nworld,) start (initial guess) each world belongs to
+  # Out:
+  cost_out: wp.array[float],  # (nstart,) accumulated
+):
+  w, j, i = wp.tid()
+  r = res[w, j, i]
+  wp.atomic_add(cost_out, world_start[w], 0.5 * r * r)
+
+
+@wp.kernel
+def _tangent_linear(
+  # In:
+  nv: int,
+  nu: int,
+  nparam: int,
+  k: int,
+  nstep: int,
+  step_slot: wp.array2d[int],  # (nworld, nstep + 1) sample slot of each step, -1: none
+  jac: wp.array4d[float],  # (nworld, nstep, nx, nz) step Jacobians [A B P]
+  sjac: wp.array4d[float],  # (nworld, nstep + 1, ns, nz) sensor Jacobians [C D Q]
+  weight: wp.array3d[float],  # (nworld, nsample, nres)
+  dx_in: wp.array3d[float],  # (nworld, nx, ncol) dx_k/d(theta, qvel0)
+  # Out:
+  dx_out: wp.array3d[float],  # (nworld, nx, ncol) dx_{k+1}/d(theta, qvel0)
+  rjac_out: wp.array4d[float],  # (nworld, nsample, nres, ncol) dr/d(theta, qvel0)
+):
+  # columns c < nparam are parameters (direct terms P, Q); the others are initial velocities,
+  # which enter only through dx_0
+  w, c = wp.tid()
+  nx = dx_in.shape[1]
+  th = nx + nu + c  # column of theta_c in z
+  j = step_slot[w, k]
+  if j >= 0:
+    # residuals of sample j: state rows are dx_k, sensor rows C_k dx_k + Q_k
+    for i in range(2 * nv):
+      rjac_out[w, j, i, c] = weight[w, j, i] * dx_in[w, i, c]
+    for s in range(sjac.shape[2]):
+      g = float(0.0)
+      if c < nparam:
+        g = sjac[w, k, s, th]
+      for l in range(nx):
+        g += sjac[w, k, s, l] * dx_in[w, l, c]
+      rjac_out[w, j, 2 * nv + s, c] = weight[w, j, 2 * nv + s] * g
+  if k < nstep:
+    for i in range(nx):
+      g = float(0.0)
+      if c < nparam:
+        g = jac[w, k, i, th]
+      for l in range(nx):
+        g += jac[w, k, i, l] * dx_in[w, l, c]
+      dx_out[w, i, c] = g
+
+
+@wp.kernel
+def _seed_residual(
+  # In:
+  j: int,
+  i: int,
+  # Out:
+  res_grad_out: wp.array3d[float],  # (nworld, nsample, nres)
+):
+  w = wp.tid()
+  res_grad_out[w, j, i] = 1.0
+
+
+@wp.kernel
+def _gather_grad(
+  # In:
+  value_grad: wp.array2d[float],  # (nworld, dim) one parameter's gradient per world
+  offset: int,
+  world_start: wp.array[int],  # (nworld,)
+  # Out:
+  grad_out: wp.array2d[float],  # (nstart, nparam) accumulated over the worlds of each start
+):
+  w, i = wp.tid()
+  wp.atomic_add(grad_out, world_start[w], offset + i, value_grad[w, i])
+
+
+@wp.kernel
+def _scatter_theta(
+  # In:
+  theta: wp.array2d[float],  # (nstart, nparam)
+  offset: int,
+  world_start: wp.array[int],  # (nworld,)
+  # Out:
+  value_out: wp.array2d[float],  # (nworld, dim) one parameter's per-world value
+):
+  w, i = wp.tid()
+  value_out[w, i] = theta[world_start[w], offset + i]
+
+
+@wp.kernel
+def _adam_step(
+  # In:
+  grad: wp.array2d[float],  # (nstart, nparam) d cost / d theta
+  scale: wp.array[float],  # (nparam,) typical magnitude: Adam works on theta / scale
+  lower: wp.array[float],  # (nparam,)
+  upper: wp.array[float],  # (nparam,)
+  lr: float,
+  beta1: float,
+  beta2: float,
+  t: int,
+  # Out:
+  m_out: wp.array2d[float],  # (nstart, nparam) first moment
+  v_out: wp.array2d[float],  # (nstart, nparam) second moment
+  theta_out: wp.array2d[float],  # (nstart, nparam) updated in place
+):
+  s, i = wp.tid()
+  g = grad[s, i] * scale[i]
+  m = beta1 * m_out[s, i] + (1.0 - beta1) * g
+  v = beta2 * v_out[s, i] + (1.0 - beta2) * g * g
+  m_out[s, i] = m
+  v_out[s, i] = v
+  mhat = m / (1.0 - wp.pow(beta1, float(t)))
+  vhat = v / (1.0 - wp.pow(beta2, float(t)))
+  th = theta_out[s, i] - lr * scale[i] * mhat / (wp.sqrt(vhat) + 1.0e-12)
+  theta_out[s, i] = wp.clamp(th, lower[i], upper[i])
+
+
+# -- parameters -------------------------------------------------------------------------------------
+
+
+def parse_param(spec: str | Param, bounds: dict | None = None) -> Param:
+  """A fresh `Param` from `"field:element"` (or a copy of a `Param`), with bounds from `bounds`.
+
+  Args:
+    spec: `"body_mass:ball"`, `"opt.gravity"`, or a `Param`.
+    bounds: `{name: (lower, upper)}`; `None` entries keep the default (positive quantities
+      `(0, inf)`, others `(-inf, inf)`).
+  """
+  bounds = bounds or {}
+  if isinstance(spec, Param):
+    lo, hi = bounds.get(spec.name, (spec._lower, spec._upper))
+    return Param(spec.field, spec.element, components=spec.components, lower=lo, upper=hi, name=spec.name)
+  if not isinstance(spec, str):
+    raise TypeError(f"parameters are 'field:element' strings or diffsim.Param objects, got {type(spec).__name__}")
+  lo, hi = bounds.get(spec, (None, None))
+  if ":" in spec:
+    f, e = spec.split(":", 1)
+    return Param(f, e, lower=lo, upper=hi, name=spec)
+  return Param(spec, None, lower=lo, upper=hi, name=spec)
+
+
+class _Names:
+  """Resolves element names against a host model before any device work (see `_check_params`)."""
+
+  def __init__(self, mjm):
+    self.mjm = mjm
+
+  name2id = Scene.name2id
+
+
+def _host_field(mjm, field: str) -> np.ndarray:
+  a = getattr(mjm.opt, field[4:]) if field.startswith("opt.") else getattr(mjm, field)
+  return np.asarray(a, dtype=np.float64)
+
+
+def _check_params(mjm, params: Sequence[Param]):
+  """Name, bound and duplicate checks on the host model, so bad input fails before any kernel runs.
+
+  Returns:
+    `(nominal, lower, upper, dims)`: the flat MJCF values (float64) and bounds, and each
+    parameter's size.
+  """
+  names = [p.name for p in params]
+  dup = sorted({n for n in names if names.count(n) > 1})
+  if dup:
+    raise ValueError(f"duplicate parameters {dup}; list each once")
+  if not params:
+    raise ValueError("no parameters to identify; pass e.g. params=['body_mass:ball'] (--param body_mass:ball)")
+  nominals, lowers, uppers, dims = [], [], [], []
+  for p in params:
+    elems = p._resolve_elements(_Names(mjm))
+    a = _host_field(mjm, p.field)
+    rows = a.reshape(1, -1) if p._elem_size is None else a.reshape(a.shape[0], -1)
+    nominal = np.array([rows[e, c] for e in elems for c in p.components])
+    lo = -np.inf if p._lower is None else p._lower
+    lo = 0.0 if (p._lower is None and p.field in _POSITIVE) else lo
+    hi = np.inf if p._upper is None else p._upper
+    lo = np.broadcast_to(np.asarray(lo, float), nominal.shape)
+    hi = np.broadcast_to(np.asarray(hi, float), nominal.shape)
+    if np.any(lo > hi):
+      raise ValueError(f"{p.name!r}: lower bound above upper bound ({lo} > {hi})")
+    if np.any((nominal < lo) | (nominal > hi)):
+      raise ValueError(f"{p.name!r}: the initial guess (MJCF value {nominal}) lies outside the bounds [{lo}, {hi}]; "
+                       "widen the bounds or edit the MJCF")
+    nominals.append(nominal)
+    lowers.append(lo)
+    uppers.append(hi)
+    dims.append(nominal.size)
+  return np.concatenate(nominals), np.concatenate(lowers), np.concatenate(uppers), dims
+
+
+def _labels(params: Sequence[Param], mjm) -> list[str]:
+  """One label per scalar parameter: the name, plus `[element]` (and `,component`) when a
+  parameter has several values, e.g. `dof_damping[elbow_flex]`, `opt.gravity[2]`."""
+  from .params import _OBJ
+
+  out = []
+  for p in params:
+    if p.dim == 1:
+      out.append(p.name)
+      continue
+    for e in p.elements:
+      if p._elem_size is None:
+        elem = None
+      elif p._elem_size == "nv":
+        j = int(mjm.dof_jntid[e])
+        elem = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"#{j}"
+        if e != mjm.jnt_dofadr[j] or int(mjm.jnt_type[j]) < 2:
+          elem += f".{e - int(mjm.jnt_dofadr[j])}"
+      else:
+        elem = mujoco.mj_id2name(mjm, _OBJ[p._elem_size], e) or f"#{e}"
+      for c in p.components:
+        parts = ([elem] if elem is not None and len(p.elements) > 1 else []) + \
+                ([str(c)] if len(p.components) > 1 or elem is None else [])
+        out.append(f"{p.name}[{','.join(parts)}]")
+  return out
+
+
+# -- the problem ------------------------------------------------------------------------------------
+
+
+def _as_recordings(data, mjm, resample_to_grid: bool) -> list[_data.Recording]:
+  items = data if isinstance(data, (list, tuple)) else [data]
+  if not items:
+    raise ValueError("no recorded data given")
+  recs = []
+  for it in items:
+    if isinstance(it, _data.Recording):
+      recs.append(_data.validate(it, mjm, resample_to_grid=resample_to_grid))
+    elif isinstance(it, dict):
+      recs.append(_data.validate(_data.Recording(**it), mjm, resample_to_grid=resample_to_grid))
+    elif isinstance(it, (str, os.PathLike)):
+      recs.extend(_data.load(it, mjm, resample_to_grid=resample_to_grid))
+    else:
+      raise TypeError(f"data must be paths, diffsim.data.Recording objects or dicts of arrays, got {type(it).__name__}")
+  return recs
+
+
+def _column_weights(mjm, recs, weights: dict | None, normalize: bool) -> dict[str, np.ndarray]:
+  """Weight of every residual column, `{"qpos": (nv,), "qvel": (nv,), "sensordata": (ns,)}`.
+
+  With `normalize`, columns in the same unit share one scale, the RMS spread of their measured
+  signals: angles and lengths of `qpos` (rad, m) and of `qvel` (rad/s, m/s) separately, and each
+  sensor on its own. Sharing matters: a joint that barely moves keeps the weight of the others
+  (per-column scaling would blow its measurement noise up to the size of the real motion).
+  """
+  nv, ns = mjm.nv, mjm.nsensordata
+  out = {"qpos": np.ones(nv), "qvel": np.ones(nv), "sensordata": np.ones(ns)}
+  if normalize:
+    # dof groups by unit: 0 rotational (rad), 1 translational (m)
+    unit = np.zeros(nv, int)
+    for j in range(mjm.njnt):
+      t, da = int(mjm.jnt_type[j]), int(mjm.jnt_dofadr[j])
+      if t == 2:
+        unit[da] = 1
+      elif t == 0:
+        unit[da:da + 3] = 1
+    groups = {"qpos": [np.nonzero(unit == u)[0] for u in (0, 1)],
+              "qvel": [np.nonzero(unit == u)[0] for u in (0, 1)],
+              "sensordata": [np.arange(mjm.sensor_adr[i], mjm.sensor_adr[i] + mjm.sensor_dim[i])
+                             for i in range(mjm.nsensor)]}
+    for kind in ("qpos", "qvel", "sensordata"):
+      vals = [getattr(r, kind) for r in recs if getattr(r, kind) is not None]
+      if not vals:
+        continue
+      allv = np.concatenate(vals)
+      if kind == "qpos":  # spread per dof: hinge/slide coordinates; rotations count 1 rad
+        var = np.ones(nv)
+        for j in range(mjm.njnt):
+          t, qa, da = int(mjm.jnt_type[j]), int(mjm.jnt_qposadr[j]), int(mjm.jnt_dofadr[j])
+          if t >= 2:
+            var[da] = allv[:, qa].var()
+          elif t == 0:
+            var[da:da + 3] = allv[:, qa:qa + 3].var(axis=0)
+      else:
+        # unmeasured sensor columns (a CSV with some sensors) are NaN
+        finite = np.isfinite(allv)
+        cnt = np.maximum(finite.sum(axis=0), 1)
+        mean = np.where(finite, allv, 0.0).sum(axis=0) / cnt
+        var = np.where(finite, (allv - mean) ** 2, 0.0).sum(axis=0) / cnt
+        var[~finite.any(axis=0)] = np.nan
+      for cols in groups[kind]:
+        v = var[cols][np.isfinite(var[cols])]
+        if v.size:
+          rms = float(np.sqrt(np.mean(v)))
+          out[kind][cols] = 1.0 / rms if rms > 1e-12 else 1.0
+  for key, wgt in (weights or {}).items():
+    wgt = float(wgt)
+    if not np.isfinite(wgt) or wgt < 0:
+      raise ValueError(f"weight {key!r} must be a finite number >= 0, got {wgt}")
+    if key in ("qpos", "qvel", "sensordata", "sensor"):
+      out["sensordata" if key == "sensor" else key] *= wgt
+      continue
+    kind, _, name = key.partition(":")
+    if kind in ("qpos", "qvel") and name:
+      j = mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_JOINT, name)
+      if j >= 0:
+        n = {0: 6, 1: 3}.get(int(mjm.jnt_type[j]), 1)
+        out[kind][mjm.jnt_dofadr[j]:mjm.jnt_dofadr[j] + n] *= wgt
+        continue
+    if kind in ("sensor", "sensordata") and name:
+      s = mujoco.mj_name2id(mjm, mujoco.mjtObj.mjOBJ_SENSOR, name)
+      if s >= 0:
+        out["sensordata"][mjm.sensor_adr[s]:mjm.sensor_adr[s] + mjm.sensor_dim[s]] *= wgt
+        continue
+    raise ValueError(f"unknown weight key {key!r}: use 'qpos', 'qvel', 'sensordata', 'qpos:<joint>', "
+                     "'qvel:<joint>' or 'sensor:<sensor>'")
+  return out
+
+
+@dataclass
+class _Normal:
+  """Gauss-Newton normal equations `J^T J`, `J^T r` of every start, in block-arrow form.
+
+  Unknowns per start: the parameters `t` (`n`), then one nuisance block `v` (`k`, an initial state)
+  per free world (`m` of them), which couple to the parameters but not to each other.
+  """
+
+  cost: np.ndarray  # (nstart,)
+  Htt: np.ndarray  # (nstart, n, n)
+  Htv: np.ndarray  # (nstart, m, n, k)
+  Hvv: np.ndarray  # (nstart, m, k, k)
+  gt: np.ndarray  # (nstart, n)
+  gv: np.ndarray  # (nstart, m, k)
+
+  def take(self, s: int, other: "_Normal") -> None:
+    """Copies start `s` of `other` into this one."""
+    for f in ("cost", "Htt", "Htv", "Hvv", "gt", "gv"):
+      getattr(self, f)[s] = getattr(other, f)[s]
+
+  def g(self, s: int) -> np.ndarray:
+    return np.concatenate([self.gt[s], self.gv[s].reshape(-1)])
+
+  def quad(self, s: int, d: np.ndarray) -> float:
+    """`d^T H d` for start `s`."""
+    n, (m, k) = self.gt.shape[1], self.gv.shape[1:]
+    dt, dv = d[:n], d[n:].reshape(m, k)
+    return float(dt @ self.Htt[s] @ dt + 2.0 * np.einsum("i,mik,mk->", dt, self.Htv[s], dv)
+                 + np.einsum("mi,mij,mj->", dv, self.Hvv[s], dv))
+
+  def diag(self, s: int) -> np.ndarray:
+    return np.concatenate([np.diag(self.Htt[s]), np.einsum("mkk->mk", self.Hvv[s]).reshape(-1)])
+
+  def solve(self, s: int, damp: np.ndarray) -> np.ndarray:
+    """Solves `(H + diag(damp)) d = -g` for start `s` by eliminating the nuisance blocks (Schur)."""
+    n, (m, k) = self.gt.shape[1], self.gv.shape[1:]
+    At = self.Htt[s] + np.diag(damp[:n])
+    if m == 0:
+      return _solve(At, -self.gt[s])
+    Av = self.Hvv[s] + damp[n:].reshape(m, k)[:, :, None] * np.eye(k)
+    Avi_Hvt = np.linalg.solve(Av, np.transpose(self.Htv[s], (0, 2, 1)))  # (m, k, n)
+    Avi_gv = np.linalg.solve(Av, self.gv[s][..., None])[..., 0]  # (m, k)
+    Sc = At - np.einsum("mik,mkj->ij", self.Htv[s], Avi_Hvt)
+    rhs = -self.gt[s] + np.einsum("mik,mk->i", self.Htv[s], Avi_gv)
+    dt = _solve(Sc, rhs)
+    dv = -Avi_gv - np.einsum("mkj,j->mk", Avi_Hvt, dt)
+    return np.concatenate([dt, dv.reshape(-1)])
+
+  def schur(self, s: int) -> np.ndarray:
+    """`(n, n)` parameter block of `J^T J` with the nuisance unknowns eliminated: the inverse of the
+    parameters' covariance (up to the residual variance)."""
+    m, k = self.gv.shape[1:]
+    if m == 0:
+      return self.Htt[s].copy()
+    d = np.einsum("mkk->mk", self.Hvv[s])
+    # a nuisance direction with no effect at all is pinned (it cannot inform the parameters)
+    reg = np.where(d > 0, 0.0, 1.0)[:, :, None] * np.eye(k) + 1e-12 * d.max(initial=0.0) * np.eye(k)
+    Avi_Hvt = np.linalg.solve(self.Hvv[s] + reg, np.transpose(self.Htv[s], (0, 2, 1)))
+    return self.Htt[s] - np.einsum("mik,mkj->ij", self.Htv[s], Avi_Hvt)
+
+
+def _solve(A: np.ndarray, b: np.ndarray) -> np.ndarray:
+  try:
+    return np.linalg.solve(A, b)
+  except np.linalg.LinAlgError:
+    return np.linalg.lstsq(A, b, rcond=None)[0]
+
+
+@dataclass
+class _Segment:
+  rec: int  # recording index
+  row0: int  # first row (initial state)
+  row1: int  # last row (inclusive)
+
+
+class _Problem:
+  """Worlds, buffers and kernels of one identification problem (allocated once)."""
+
+  def __init__(self, model, recs, params, *, weights, normalize, shooting, nstart, device, solver, central, eps,
+               fit_qvel0=None, fit_qpos0=False):
+    mjm = copy_mjmodel(model) if isinstance(model, mujoco.MjModel) else _load_mjmodel(model)
+    self.mjm = mjm
+    self.recs = recs
+    dt = float(mjm.opt.timestep)
+    self.steps = [_data.sim_steps(r.time, dt, source=r.source) for r in recs]
+    if shooting is not None:
+      if not isinstance(shooting, (int, np.integer)) or shooting < 1:
+        raise ValueError(f"shooting must be a positive number of samples per segment, got {shooting!r}")
+      missing = [r.source for r in recs if r.qpos is None]
+      if missing:
+        raise ValueError(f"multiple shooting restarts from measured states, but {missing} have no qpos")
+    segs = []
+    for i, r in enumerate(recs):
+      k = r.nrow - 1 if shooting is None else int(shooting)
+      segs += [_Segment(i, r0, min(r0 + k, r.nrow - 1)) for r0 in range(0, r.nrow - 1, k)]
+    self.segs = segs
+    self.nseg = len(segs)
+    self.nstart = int(nstart)
+    self.nworld = self.nstart * self.nseg
+    with_sensors = any(r.sensordata is not None for r in recs)
+    # one extra step so the last row's sensors are computed with its own control, as mj_step does
+    self.nstep = max(int(self.steps[s.rec][s.row1] - self.steps[s.rec][s.row0]) for s in segs) + int(with_sensors)
+    self.nsample = max(s.row1 - s.row0 + 1 for s in segs)
+    nq, nv, na, nu, ns = mjm.nq, mjm.nv, mjm.na, mjm.nu, mjm.nsensordata
+    self.nres = 2 * nv + ns
+    colw = _column_weights(mjm, recs, weights, normalize)
+
+    # host arrays of one start (nseg worlds), tiled over starts below
+    G, S, N = self.nseg, self.nsample, self.nstep
+    ctrl = np.zeros((G, N, nu))
+    qpos0 = np.tile(mjm.qpos0, (G, 1))
+    qvel0 = np.zeros((G, nv))
+    act0 = np.zeros((G, na))
+    slot_step = np.full((G, S), -1, np.int32)
+    meas = {"qpos": np.zeros((G, S, nq)), "qvel": np.zeros((G, S, nv)), "sensordata": np.zeros((G, S, ns))}
+    wgt = np.zeros((G, S, self.nres))
+    # initial states solved for with the parameters (nuisance unknowns of the least squares)
+    free = np.zeros(G, bool)  # velocity
+    free_q = np.zeros(G, bool)  # position
+    for g, sg in enumerate(segs):
+      r, steps = recs[sg.rec], self.steps[sg.rec]
+      rows = np.arange(sg.row0, sg.row1 + 1)
+      rel = steps[rows] - steps[sg.row0]
+      slot_step[g, :len(rows)] = rel
+      if nu:
+        for a, b in zip(range(sg.row0, sg.row1), range(sg.row0 + 1, sg.row1 + 1)):
+          ctrl[g, steps[a] - steps[sg.row0]:steps[b] - steps[sg.row0]] = r.ctrl[a]
+        ctrl[g, rel[-1]:] = r.ctrl[sg.row1]
+      if r.qpos is not None:
+        qpos0[g] = r.qpos[sg.row0]
+      elif r.qpos0 is not None:
+        qpos0[g] = r.qpos0
+      measured = r.qvel is not None or (sg.row0 == 0 and r.qvel0 is not None)
+      if r.qvel is not None:
+        qvel0[g] = r.qvel[sg.row0]
+      elif sg.row0 == 0 and r.qvel0 is not None:
+        qvel0[g] = r.qvel0
+      elif r.qpos is not None:
+        qvel0[g] = _data.estimate_qvel(r, mjm, sg.row0)  # the first guess
+      free[g] = (not measured) if fit_qvel0 is None else bool(fit_qvel0)
+      free_q[g] = bool(fit_qpos0) and r.qpos is not None
+      if r.act is not None:
+        act0[g] = r.act[sg.row0]
+      n = len(rows)
+      # row 0 is the initial state itself, unless that is solved for: then it is a measurement too
+      if r.qpos is not None:
+        meas["qpos"][g, :n] = r.qpos[rows]
+        wgt[g, 0 if free_q[g] else 1:n, :nv] = colw["qpos"]
+      if r.qvel is not None:
+        meas["qvel"][g, :n] = r.qvel[rows]
+        wgt[g, 0 if free[g] else 1:n, nv:2 * nv] = colw["qvel"]
+      if r.sensordata is not None:
+        mask = np.ones(ns, bool) if r.sensor_mask is None else r.sensor_mask
+        meas["sensordata"][g, :n] = np.where(mask, r.sensordata[rows], 0.0)
+        first = 0 if sg.row0 == 0 else 1  # a segment's first row is the previous segment's last
+        wgt[g, first:n, 2 * nv:] = colw["sensordata"] * mask
+    if any(r.qpos is None and r.qpos0 is None for r in recs):
+      warnings.warn("a recording has neither qpos nor qpos0: its initial state is the model's qpos0 at rest; "
+                    "give the initial state as Recording(qpos0=..., qvel0=...) or the npz keys 'qpos0', 'qvel0'",
+                    stacklevel=3)
+    self.weights = wgt
+    self.nresidual = int(np.count_nonzero(wgt)) * self.nstart
+    # nuisance block of a world: [dqpos (nv, tangent) if any position is free][qvel (nv) if any velocity is]
+    self.free_v, self.free_q = free, free_q
+    self.blk_q = nv if free_q.any() else 0
+    self.blk = self.blk_q + (nv if free.any() else 0)
+    self.free = free | free_q  # worlds with a nuisance block
+    self.free_index = np.cumsum(self.free) - 1
+    self.nfree = int(self.free.sum())
+    self.qpos0_host = np.concatenate([qpos0] * self.nstart, axis=0)
+    self.qvel0_host = np.concatenate([qvel0] * self.nstart, axis=0)
+    self.meas_host = meas
+    self.slot_step_host = slot_step
+
+    # device
+    self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver)
+    self.params = params
+    self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central, eps=eps)
+    self.layout = self.ro.layout
+    self.nparam = self.layout.nparam
+    dev = self.scene.device
+    tile = lambda a: np.concatenate([a] * self.nstart, axis=0)
+    f32 = lambda a, **kw: wp.array(np.ascontiguousarray(tile(a)).astype(np.float32), dtype=float, device=dev, **kw)
+    self.ctrl = f32(ctrl)
+    self.act0 = f32(act0)
+    self.qpos0 = f32(qpos0, requires_grad=True)
+    self.qvel0 = f32(qvel0, requires_grad=True)
+    # unknowns per start: theta, then a nuisance block per free world
+    self.nunknown = self.nparam + self.nfree * self.blk
+    self.ncol = self.nparam + self.blk
+    dx0 = np.zeros((self.nworld, self.scene.nx, self.ncol), np.float32)
+    n, bq = self.nparam, self.blk_q
+    for w in range(self.nworld):
+      if free_q[w % G]:
+        dx0[w, :nv, n:n + nv] = np.eye(nv)
+      if free[w % G]:
+        dx0[w, nv:2 * nv, n + bq:n + bq + nv] = np.eye(nv)
+    self.dx0 = wp.array(dx0, dtype=float, device=dev)
+    self.slot_step = wp.array(tile(slot_step), dtype=int, device=dev)
+    step_slot = np.full((self.nworld, N + 1), -1, np.int32)
+    for w, row in enumerate(tile(slot_step)):
+      for j, k in enumerate(row):
+        if k >= 0:
+          step_slot[w, k] = j
+    self.step_slot = wp.array(step_slot, dtype=int, device=dev)
+    self.meas = {k: f32(v) for k, v in meas.items()}
+    self.weight = f32(wgt)
+    self.res = wp.zeros((self.nworld, S, self.nres), dtype=float, device=dev, requires_grad=True)
+    self.rjac = wp.zeros((self.nworld, S, self.nres, self.ncol), dtype=float, device=dev)
+    self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]
+    self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
+    self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
+    self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
+    self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
+    self.nrollout = 0
+
+  # -- evaluation -----------------------------------------------------------------------------------
+
+  def set_theta(self, theta: np.ndarray) -> None:
+    """Writes `(nstart, nparam)` parameter values into the worlds of each start."""
+    self.theta_dev.assign(np.asarray(theta, dtype=np.float32))
+    self._scatter()
+
+  def x0(self, theta0: np.ndarray) -> np.ndarray:
+    """Unknowns `(nstart, nunknown)`: `theta0`, then per free world its nuisance block: a tangent
+    offset of the initial position (zero) and the initial velocity (the measured or estimated one)."""
+    nv, G = self.scene.nv, self.nseg
+    blocks = np.zeros((self.nfree, self.blk))
+    if self.blk > self.blk_q:
+      blocks[:, self.blk_q:] = self.qvel0_host[:G][self.free]
+    return np.concatenate([theta0, np.tile(blocks.reshape(-1), (theta0.shape[0], 1))], axis=1)
+
+  def initial_state(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Initial `(qpos (nseg, nq), qvel (nseg, nv))` of one start's worlds given its unknowns `(nunknown,)`."""
+    nv, G = self.scene.nv, self.nseg
+    qpos, qvel = self.qpos0_host[:G].copy(), self.qvel0_host[:G].copy()
+    blocks = np.asarray(x[self.nparam:], dtype=np.float64).reshape(self.nfree, self.blk)
+    for g in np.nonzero(self.free)[0]:
+      b = blocks[self.free_index[g]]
+      if self.free_q[g]:
+        mujoco.mj_integratePos(self.mjm, qpos[g], b[:nv].copy(), 1.0)
+      if self.free_v[g]:
+        qvel[g] = b[self.blk_q:]
+    return qpos, qvel
+
+  def set_x(self, x: np.ndarray) -> None:
+    """Writes the unknowns `(nstart, nunknown)`: parameters and free initial states."""
+    x = np.asarray(x, dtype=np.float64)
+    self.set_theta(x[:, :self.nparam])
+    if self.nfree:
+      states = [self.initial_state(xs) for xs in x]
+      self.qpos0.assign(np.concatenate([q for q, _ in states]).astype(np.float32))
+      self.qvel0.assign(np.concatenate([v for _, v in states]).astype(np.float32))
+
+  def _scatter(self) -> None:
+    for p, off in zip(self.layout.params, self.layout.offsets):
+      wp.launch(_scatter_theta, dim=(self.nworld, p.dim), device=self.scene.device,
+                inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
+
+  def _rollout(self, *, linearize: bool):
+    self.nrollout += 1
+    return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=linearize)
+
+  def _residuals(self, traj) -> None:
+    s = self.scene
+    wp.launch(_residuals, dim=(self.nworld, self.nsample), device=s.device,
+              inputs=[s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, self.slot_step, traj.qpos, traj.qvel,
+                      traj.sensordata, self.meas["qpos"], self.meas["qvel"], self.meas["sensordata"], self.weight],
+              outputs=[self.res])
+
+  def _costs(self, r: np.ndarray) -> np.ndarray:
+    c = 0.5 * np.einsum("gi,gi->g", r.reshape(self.nstart, -1), r.reshape(self.nstart, -1))
+    return np.where(np.isfinite(c), c, np.inf)
+
+  def cost(self, theta: np.ndarray) -> np.ndarray:
+    """`(nstart,)` cost of each start's parameters (one forward rollout)."""
+    self.set_theta(theta)
+    self.traj = self._rollout(linearize=False)
+    self._residuals(self.traj)
+    return self._costs(self.res.numpy().astype(np.float64))
+
+  def linearize(self, x: np.ndarray, *, jacobian: str = "forward") -> "_Normal":
+    """Cost and normal equations of each start at the unknowns `x` `(nstart, nunknown)`.
+
+    One linearized rollout. The nuisance blocks of different worlds do not interact, so `J^T J`
+    is block-arrow shaped: a parameter block, one block per free world, and their couplings.
+    """
+    self.set_x(x)
+    self.last_x = np.array(x, dtype=np.float64, copy=True)
+    if jacobian == "tape":
+      r, G = self._jacobian_tape()
+    else:
+      self.traj = self._rollout(linearize=True)
+      self._residuals(self.traj)
+      self._propagate()
+      r = self.res.numpy().astype(np.float64)
+      G = self.rjac.numpy().astype(np.float64)
+    cost = self._costs(r)
+    n, k, S = self.nparam, self.blk, self.nstart
+    G = G.reshape(self.nworld, -1, self.ncol)
+    r = r.reshape(self.nworld, -1)
+    bad = ~np.isfinite(np.repeat(cost, self.nseg))
+    G[bad] = 0.0
+    r[bad] = 0.0
+    Hw = np.einsum("wri,wrj->wij", G, G)  # (nworld, ncol, ncol)
+    gw = np.einsum("wri,wr->wi", G, r)
+    Htt = Hw[:, :n, :n].reshape(S, self.nseg, n, n).sum(axis=1)
+    gt = gw[:, :n].reshape(S, self.nseg, n).sum(axis=1)
+    free = np.tile(self.free, S)
+    Htv = Hw[free, :n, n:].reshape(S, self.nfree, n, k)
+    Hvv = Hw[free, n:, n:].reshape(S, self.nfree, k, k)
+    gv = gw[free, n:].reshape(S, self.nfree, k)
+    return _Normal(cost, Htt, Htv, Hvv, gt, gv)
+
+  def _propagate(self) -> None:
+    """Tangent-linear sweep: `rjac` = d(residual)/d(theta) from the step Jacobians."""
+    s = self.scene
+    J, Sj = self.ro.jacobians()
+    wp.copy(self.dx[0], self.dx0)
+    self.rjac.zero_()
+    for k in range(self.nstep + 1):
+      wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
+                inputs=[s.nv, s.nu, self.nparam, k, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[k % 2]],
+                outputs=[self.dx[(k + 1) % 2], self.rjac])
+
+  def _jacobian_tape(self):
+    """Residual Jacobian by reverse mode: one backward pass per residual block (sample, signal)."""
+    with wp.Tape() as tape:
+      self.traj = self._rollout(linearize=False)
+      self._residuals(self.traj)
+    r = self.res.numpy().astype(np.float64)
+    G = np.zeros((self.nworld, self.nsample, self.nres, self.ncol))
+    active = np.nonzero(self.weights.reshape(-1, self.nres).any(axis=0))[0]
+    slots = np.nonzero(self.weights.any(axis=(0, 2)))[0]
+    for j in slots:
+      for i in active:
+        tape.zero()
+        self.res.grad.zero_()
+        wp.launch(_seed_residual, dim=self.nworld, inputs=[int(j), int(i)], outputs=[self.res.grad],
+                  device=self.scene.device)
+        tape.backward()
+        for p, off in zip(self.layout.params, self.layout.offsets):
+          G[:, j, i, off:off + p.dim] = p.value.grad.numpy()
+        n, nv, bq = self.nparam, self.scene.nv, self.blk_q
+        if bq:
+          G[:, j, i, n:n + nv] = self._tangent(self.qpos0.grad.numpy()) * np.tile(self.free_q, self.nstart)[:, None]
+        if self.blk > bq:
+          G[:, j, i, n + bq:] = self.qvel0.grad.numpy() * np.tile(self.free_v, self.nstart)[:, None]
+    tape.zero()
+    return r, G
+
+  def _tangent(self, gq: np.ndarray) -> np.ndarray:
+    """d/d(tangent qpos0) `(nworld, nv)` from d/d(qpos0) `(nworld, nq)` (quaternions: 0.5 Im(q^-1 g))."""
+    m, q = self.mjm, self.qpos0.numpy().astype(np.float64)
+    out = np.zeros((gq.shape[0], m.nv))
+    for j in range(m.njnt):
+      t, qa, da = int(m.jnt_type[j]), int(m.jnt_qposadr[j]), int(m.jnt_dofadr[j])
+      if t == 0:
+        out[:, da:da + 3] = gq[:, qa:qa + 3]
+        qa, da = qa + 3, da + 3
+      if t in (0, 1):
+        for w in range(gq.shape[0]):
+          qi = np.array([q[w, qa], -q[w, qa + 1], -q[w, qa + 2], -q[w, qa + 3]])
+          prod = np.zeros(4)
+          mujoco.mju_mulQuat(prod, qi, gq[w, qa:qa + 4].astype(np.float64))
+          out[w, da:da + 3] = 0.5 * prod[1:]
+      else:
+        out[:, da] = gq[:, qa]
+    return out
+
+  def gradient(self) -> np.ndarray:
+    """Cost of each start at `theta_dev` and its gradient into `grad_dev` (tape, one backward pass)."""
+    s = self.scene
+    self._scatter()
+    self.cost_dev.zero_()
+    with wp.Tape() as tape:
+      self.traj = self._rollout(linearize=False)
+      self._residuals(self.traj)
+      wp.launch(_half_sum_squares, dim=(self.nworld, self.nsample, self.nres), device=s.device,
+                inputs=[self.res, self.world_start], outputs=[self.cost_dev])
+    tape.backward(grads={self.cost_dev: wp.ones(self.nstart, dtype=float, device=s.device)})
+    self.grad_dev.zero_()
+    for p, off in zip(self.layout.params, self.layout.offsets):
+      wp.launch(_gather_grad, dim=(self.nworld, p.dim), device=s.device,
+                inputs=[p.value.grad, int(off), self.world_start], outputs=[self.grad_dev])
+    tape.zero()
+    c = self.cost_dev.numpy().astype(np.float64)
+    return np.where(np.isfinite(c), c, np.inf)
+
+  def samples(self, start: int = 0) -> list[dict[str, np.ndarray]]:
+    """Simulated signals of the last rollout at every recorded row, per recording (start `start`)."""
+    out = [{k: np.full_like(getattr(r, k), np.nan) for k in r.kinds} for r in self.recs]
+    qpos, qvel, sens = (a.numpy() for a in (self.traj.qpos, self.traj.qvel, self.traj.sensordata))
+    for g, sg in enumerate(self.segs):
+      w = start * self.nseg + g
+      for j, row in enumerate(range(sg.row0, sg.row1 + 1)):
+        if j == 0 and sg.row0 > 0:
+          continue  # this row belongs to the previous segment
+        k = self.slot_step_host[g, j]
+        for kind, src in (("qpos", qpos), ("qvel", qvel), ("sensordata", sens)):
+          if kind in out[sg.rec]:
+            out[sg.rec][kind][row] = src[w, k]
+    return out
+
+
+# -- result -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class SysIdResult:
+  """Outcome of `identify` (scipy-style).
+
+  Attributes:
+    x: identified value by parameter name (float, or `(dim,)` array for vector parameters).
+    std: standard deviation by name (same shapes; `inf` where the data do not determine it).
+    x0: initial guess by name.
+    fun: final cost `0.5 |r|^2` (weighted residuals).
+    fun0: cost at the initial guess.
+    nit: iterations.
+    nfev: rollouts run.
+    history: `{"fun": (nit + 1,), "x": (nit + 1, nparam), "lambda": (nit + 1,)}` of the best start.
+    success: whether a convergence criterion was met.
+    message: why the solver stopped, plus identifiability warnings.
+    labels: `(nparam,)` name of each scalar parameter.
+    theta, theta0, theta_std: `(nparam,)` flat values.
+    cov: `(nparam, nparam)` covariance; corr: its correlation matrix.
+    cond: condition number of the scaled Gauss-Newton Hessian.
+    warnings: identifiability warnings.
+    starts_fun: `(nstart,)` final cost of every start.
+    wall_time: seconds spent solving (the first iteration includes kernel compilation when the
+      cache is cold).
+    nresidual: number of weighted residuals.
+    solver: `"lm"` or `"adam"`.
+    bounds: `{name: (lower, upper)}`.
+    initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
+    initial_qvel: `(nv,)` initial velocity of each recording: measured, or solved for together
+      with the parameters when the recording has no `qvel` (see `fit_qvel0`).
+  """
+
+  x: dict
+  std: dict
+  x0: dict
+  fun: float
+  fun0: float
+  nit: int
+  nfev: int
+  history: dict
+  success: bool
+  message: str
+  labels: list
+  theta: np.ndarray
+  theta0: np.ndarray
+  theta_std: np.ndarray
+  cov: np.ndarray
+  corr: np.ndarray
+  cond: float
+  warnings: list
+  starts_fun: np.ndarray
+  wall_time: float
+  nresidual: int
+  solver: str = "lm"
+  bounds: dict = field(default_factory=dict)
+  initial_qpos: list = field(default_factory=list)
+  initial_qvel: list = field(default_factory=list)
+  _plot: dict = field(default_factory=dict, repr=False)
+  _source: object = field(default=None, repr=False)
+  _params: list = field(default_factory=list, repr=False)
+
+  def summary(self) -> str:
+    """One line: cost before and after, iterations, time, and each parameter with its std."""
+    parts = []
+    for name in self.x:
+      v, s, v0 = (np.atleast_1d(d[name]) for d in (self.x, self.std, self.x0))
+      fmt = lambda a: ", ".join(f"{e:.6g}" for e in a) if a.size > 1 else f"{a[0]:.6g}"
+      parts.append(f"{name} = {fmt(v)} ± {fmt(s)} (from {fmt(v0)})")
+    status = "converged" if self.success else "NOT converged"
+    return (f"sysid {status}: cost {self.fun0:.4g} -> {self.fun:.4g} in {self.nit} iterations "
+            f"({self.wall_time:.1f} s); " + "; ".join(parts))
+
+  def save(self, out, *, plots: bool = True, truth: dict | None = None) -> dict[str, str]:
+    """Writes `params.json`, the identified `model.xml` and PNG plots into folder `out`.
+
+    Every file goes through a temporary file and a rename, so a failure leaves earlier files intact.
+
+    Args:
+      out: folder (created if missing).
+      plots: write `signals.png` (measured vs simulated before/after), `cost.png`, `params.png`.
+      truth: `{name: value}` drawn as reference lines in `params.png` (for synthetic data).
+
+    Returns:
+      `{kind: path}` with kinds `params_json`, `model`, `signals` (`signals_1`, ...), `cost`,
+      `params_plot`.
+    """
+    out = os.fspath(out)
+    os.makedirs(out, exist_ok=True)
+    files = {}
+    path = os.path.join(out, "params.json")
+    _data._atomic_write(path, lambda f: f.write(json.dumps(self.to_json(), indent=2).encode()))
+    files["params_json"] = path
+    if self._source is not None and not isinstance(self._source, mujoco.MjModel):
+      path = os.path.join(out, "model.xml")
+      write_mjcf(self._source, self._params, self.theta, path)
+      files["model"] = path
+    else:
+      warnings.warn("the model was given as an MjModel, which cannot be written back as MJCF; pass the MJCF "
+                    "path to identify() to get model.xml", stacklevel=2)
+    if plots and self._plot:
+      from . import plot
+
+      files.update(plot.sysid_plots(self, out, truth=truth))
+    return files
+
+  def to_json(self) -> dict:
+    def conv(a):
+      a = np.atleast_1d(np.asarray(a, dtype=np.float64))
+      vals = [float(e) if np.isfinite(e) else None for e in a]
+      return vals[0] if len(vals) == 1 else vals
+
+    return {name: {"initial": conv(self.x0[name]), "value": conv(self.x[name]), "std": conv(self.std[name]),
+                   "lower": conv(self.bounds[name][0]), "upper": conv(self.bounds[name][1])}
+            for name in self.x}
+
+
+# -- confidence -------------------------------------------------------------------------------------
+
+
+def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, labels: list[str], *,
+                cond_warn: float = 1e8):
+  """Covariance of the parameters from the Gauss-Newton Hessian, and identifiability warnings.
+
+  The parameters' information matrix is `J^T J` with the nuisance unknowns (initial states)
+  eliminated (`_Normal.schur`), so their uncertainty counts. The analysis works on it scaled to
+  a unit diagonal (the correlation form), so units and magnitudes (a parameter at zero, say) do
+  not matter: a zero column of `J` means the data do not depend on a parameter; a (near-)zero
+  eigenvalue that only a combination of some (or of them and the initial state) does.
+
+  Args:
+    ne: normal equations at the solution; `s`: the start.
+    fun: cost at the solution.
+    nres: number of weighted residuals; `nunknown`: number of unknowns (parameters and nuisance).
+    labels: `(n,)` names of the parameters.
+    cond_warn: warn when the condition number of the scaled parameter information exceeds this.
+
+  Returns:
+    `(cov (n, n), std (n,), corr (n, n), cond, warnings)`.
+  """
+  n = len(labels)
+  s2 = 2.0 * fun / max(nres - nunknown, 1)
+  dt = np.diag(ne.Htt[s]).copy()
+  Sc = ne.schur(s)
+  ds = np.diag(Sc).copy()
+  zero = dt <= 1e-24 * max(dt.max(initial=0.0), 1e-300)
+  # information lost to the nuisance unknowns almost entirely: only a combination is determined
+  lost = ~zero & (ds <= 1e-10 * dt)
+  keep = np.nonzero(~zero & ~lost)[0]
+  cov = np.full((n, n), np.nan)
+  msgs = []
+  comb = lost.copy()
+  cond = np.inf
+  V = None
+  if keep.size:
+    sc = 1.0 / np.sqrt(ds[keep])
+    C = Sc[np.ix_(keep, keep)] * sc[:, None] * sc[None, :]
+    lam, V = np.linalg.eigh(C)
+    null = lam <= 1e-10 * lam[-1]
+    pinv = (V[:, ~null] / lam[~null]) @ V[:, ~null].T
+    cov[np.ix_(keep, keep)] = s2 * pinv * sc[:, None] * sc[None, :]
+    if null.any():
+      comb[keep[np.abs(V[:, null]).max(axis=1) > 0.1]] = True
+    cond = float(lam[-1] / max(lam[0], 1e-300))
+  std = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+  bad = zero | comb
+  std[bad] = np.inf
+  cov[bad, :] = np.nan
+  cov[:, bad] = np.nan
+  none = np.nonzero(zero)[0]
+  if none.size:
+    msgs.append("not identifiable from this data: " + ", ".join(labels[i] for i in none)
+                + " (the residuals do not depend on it; excite it, or fix it at a known value)")
+  if comb.any():
+    msgs.append("not identifiable from this data: " + ", ".join(labels[i] for i in np.nonzero(comb)[0])
+                + " (only a combination of them, or with the unknown initial state, affects the residuals; "
+                  "fix all but one, or add data that separates them)")
+  elif V is not None and np.isfinite(cond) and cond > cond_warn:
+    v = np.abs(V[:, 0])
+    worst = [labels[keep[i]] for i in np.argsort(-v)[:max(2, int((v > 0.3).sum()))]]
+    msgs.append(f"ill-conditioned (condition number {cond:.2g} of the scaled Gauss-Newton Hessian): "
+                f"{', '.join(worst)} are nearly interchangeable in this data; their std is large")
+  with np.errstate(invalid="ignore", divide="ignore"):
+    corr = cov / np.outer(std, std)
+  return cov, std, corr, cond, msgs
+
+
+# -- solvers ----------------------------------------------------------------------------------------
+
+
+def _project(theta, step, lower, upper):
+  """`theta + step`, stopping 90% of the way to a bound it would cross (stays strictly inside)."""
+  new = theta + step
+  lo_hit = new < lower
+  hi_hit = new > upper
+  new = np.where(lo_hit, theta + 0.9 * (lower - theta), new)
+  new = np.where(hi_hit, theta + 0.9 * (upper - theta), new)
+  return new
+
+
+def _lm(prob: _Problem, x0, lower, upper, *, iters, ftol, xtol, jacobian, callback, stdtol=0.1):
+  """Levenberg-Marquardt over every start at once (one linearized rollout per iteration).
+
+  `x0`, `lower`, `upper` cover all unknowns (`nstart, nunknown`): the parameters first
+  (`prob.nparam`), then the free initial states. Stopping tests look at the parameters only.
+  """
+  nstart, N = x0.shape
+  n = prob.nparam
+  nres = prob.nresidual // prob.nstart
+  x = x0.copy()
+  ne = prob.linearize(x, jacobian=jacobian)
+  f = ne.cost.copy()
+  if not np.isfinite(f).any():
+    raise FloatingPointError("every initial guess diverges (NaN/Inf state): check the model, the data, or the "
+                             "bounds; multiple shooting (shooting=k) helps with long or unstable recordings")
+  prob.before = prob.samples(0)
+  lam = np.full(nstart, 1e-3)
+  nu = np.full(nstart, 2.0)
+  done = np.zeros(nstart, bool)
+  reason = np.array(["maximum number of iterations reached"] * nstart, dtype=object)
+  reject_run = np.zeros(nstart, int)
+  hist = {"fun": [f.copy()], "x": [x[:, :n].copy()], "lambda": [lam.copy()]}
+  nit = 0
+  pred = np.zeros(nstart)
+  # relative step measure: float32 resolves about 6e-8 of a value, and float32 rollouts reproduce
+  # trajectories to about 1e-6, so the default xtol (1e-6) stops where further steps are noise
+  typical = np.abs(x0[:, :n]) * 1e-3 + 1e-12
+  rel_step = lambda a, b, s: float(np.max(np.abs(a[:n] - b[:n]) / (np.abs(b[:n]) + typical[s])))
+  for it in range(1, iters + 1):
+    trial = x.copy()
+    for s in np.nonzero(~done)[0]:
+      d = ne.diag(s)
+      d = np.maximum(d, 1e-12 * max(d.max(), 1e-300))
+      g = ne.g(s)
+      for _ in range(20):
+        step = ne.solve(s, lam[s] * d)
+        trial[s] = _project(x[s], step, lower, upper)
+        dlt = trial[s] - x[s]
+        pred[s] = -(g @ dlt + 0.5 * ne.quad(s, dlt))
+        if pred[s] > 0 or not np.any(g):
+          break
+        # no predicted decrease (round-off in a near-singular system, or the bounds): damp more
+        lam[s] *= 10.0
+      # uncertainty of each parameter given the misfit left (see _confidence); cheap, no rollout
+      s2 = 2.0 * f[s] / max(nres - N, 1)
+      std = np.sqrt(s2 * np.clip(np.diag(np.linalg.pinv(ne.schur(s))), 0.0, None))
+      if not pred[s] > 0:
+        done[s], reason[s] = True, "no descent direction left (zero gradient, or round-off)"
+      elif rel_step(trial[s], x[s], s) <= xtol:
+        # the model predicts nothing to gain beyond float32 resolution: converged, no rollout needed
+        done[s], reason[s] = True, f"relative step below xtol={xtol:g}"
+      elif np.all(np.abs(dlt[:n]) <= stdtol * std):
+        # steps far inside the uncertainty the remaining misfit leaves change nothing that matters
+        done[s], reason[s] = True, f"step below {stdtol:g} of the parameter std"
+    if done.all():
+      break
+    nt = prob.linearize(trial, jacobian=jacobian)
+    nit = it
+    for s in np.nonzero(~done)[0]:
+      ft = nt.cost[s]
+      if ft < f[s]:
+        rho = (f[s] - ft) / max(pred[s], 1e-300)
+        rel = (f[s] - ft) / max(f[s], 1e-300)
+        x[s], f[s] = trial[s], ft
+        ne.take(s, nt)
+        lam[s] *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
+        nu[s] = 2.0
+        reject_run[s] = 0
+        if rel <= ftol:
+          done[s], reason[s] = True, f"relative cost reduction below ftol={ftol:g}"
+        elif f[s] == 0.0:
+          done[s], reason[s] = True, "zero cost"
+      else:
+        lam[s] *= nu[s]
+        nu[s] *= 2.0
+        reject_run[s] += 1
+        if reject_run[s] >= 3:
+          # no decrease along ever shorter steps: a minimum within float32 precision
+          done[s], reason[s] = True, "the cost cannot be reduced further (float32 precision)"
+    hist["fun"].append(f.copy())
+    hist["x"].append(x[:, :n].copy())
+    hist["lambda"].append(lam.copy())
+    if callback is not None:
+      callback({"nit": it, "fun": float(f.min()), "theta": x[int(np.argmin(f)), :n].copy()})
+  return x, f, ne, hist, nit, done, reason
+
+
+def _adam(prob: _Problem, theta0, lower, upper, *, iters, lr, callback):
+  nstart, n = theta0.shape
+  dev = prob.scene.device
+  scale = np.where(np.abs(theta0[0]) > 0, np.abs(theta0[0]), 1.0)
+  # a strictly positive floor for quantities bounded at 0 (a zero mass makes the model singular)
+  lo = np.where(np.isfinite(lower), lower + 1e-6 * scale, lower)
+  arr = lambda a: wp.array(np.asarray(a, dtype=np.float32), dtype=float, device=dev)
+  scale_d, lo_d, hi_d = arr(scale), arr(np.maximum(lo, -3e38)), arr(np.minimum(upper, 3e38))
+  m = wp.zeros((nstart, n), dtype=float, device=dev)
+  v = wp.zeros((nstart, n), dtype=float, device=dev)
+  prob.theta_dev.assign(theta0.astype(np.float32))
+  best_f = np.full(nstart, np.inf)
+  best_x = theta0.copy()
+  hist = {"fun": [], "x": [], "lambda": []}
+  f = None
+  for it in range(iters + 1):
+    x = prob.theta_dev.numpy().astype(np.float64)
+    f = prob.gradient()
+    if it == 0:
+      if not np.isfinite(f).any():
+        raise FloatingPointError("every initial guess diverges (NaN/Inf state): check the model and the data")
+      prob.before = prob.samples(0)
+    better = f < best_f
+    best_f[better], best_x[better] = f[better], x[better]
+    hist["fun"].append(f.copy())
+    hist["x"].append(x.copy())
+    hist["lambda"].append(np.full(nstart, lr))
+    if callback is not None and it > 0:
+      callback({"nit": it, "fun": float(f.min()), "theta": x[int(np.argmin(f))].copy()})
+    if it == iters:
+      break
+    wp.launch(_adam_step, dim=(nstart, n), device=dev,
+              inputs=[prob.grad_dev, scale_d, lo_d, hi_d, float(lr), 0.9, 0.999, it + 1],
+              outputs=[m, v, prob.theta_dev])
+  # first-order methods have no sharp stopping test: call it converged when the best cost
+  # changed by less than 1e-3 (relative) over the last fifth of the iterations
+  fun = np.array(hist["fun"])
+  tail = max(1, (iters + 1) // 5)
+  ref = np.min(fun[:-tail], axis=0) if fun.shape[0] > tail else fun[0]
+  flat = (ref - best_f) <= 1e-3 * np.abs(best_f)
+  done = np.isfinite(best_f) & flat
+  reason = np.array([f"completed {iters} Adam iterations" + ("" if d else " (cost still decreasing)") for d in done],
+                    dtype=object)
+  return best_x, best_f, hist, iters, done, reason
+
+
+# -- entry point ------------------------------------------------------------------------------------
+
+
+def _initial_guesses(params, nominal, lower, upper, starts, spread, seed, x0):
+  n = nominal.size
+  first = nominal.copy()
+  if x0:
+    unknown = sorted(set(x0) - {p.name for p, _, _ in params})
+    if unknown:
+      raise ValueError(f"x0 names unknown parameters {unknown}; parameters are {[p.name for p, _, _ in params]}")
+    for p, off, dim in params:
+      if p.name in x0:
+        try:
+          first[off:off + dim] = np.broadcast_to(np.asarray(x0[p.name], float), (dim,))
+        except ValueError:
+          raise ValueError(f"x0[{p.name!r}] must have {dim} value(s), got {np.shape(x0[p.name])}") from None
+    if np.any((first < lower) | (first > upper)):
+      raise ValueError(f"x0 lies outside the bounds: {first} not in [{lower}, {upper}]")
+  if isinstance(starts, (int, np.integer)):
+    if starts < 1:
+      raise ValueError(f"starts must be >= 1, got {starts}")
+    rng = np.random.default_rng(seed)
+    guesses = [first]
+    for _ in range(int(starts) - 1):
+      g = first.copy()
+      for i in range(n):
+        if lower[i] >= 0 and first[i] > 0:  # positive: log-uniform around the guess
+          g[i] = first[i] * np.exp(rng.uniform(-np.log1p(spread), np.log1p(spread)))
+        elif first[i] != 0:
+          g[i] = first[i] + spread * abs(first[i]) * rng.uniform(-1, 1)
+        elif np.isfinite(lower[i]) and np.isfinite(upper[i]):
+          g[i] = rng.uniform(lower[i], upper[i])
+        else:
+          g[i] = spread * rng.uniform(0 if lower[i] >= 0 else -1, 1)
+      guesses.append(np.clip(g, lower, upper))
+    return np.stack(guesses)
+  guesses = np.asarray(starts, dtype=np.float64)
+  if guesses.ndim != 2 or guesses.shape[1] != n:
+    raise ValueError(f"starts must be a count or an array of initial guesses (nstart, nparam={n}), got {guesses.shape}")
+  if np.any((guesses < lower) | (guesses > upper)):
+    raise ValueError("some initial guesses in starts lie outside the bounds")
+  return guesses
+
+
+def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None = None, weights: dict | None = None,
+             normalize: bool = True, solver: str = "lm", iters: int = 30, shooting: int | None = None,
+             starts=1, spread: float = 1.0, seed: int = 0, x0: dict | None = None, lr: float = 0.05,
+             ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "forward", resample: bool = False,
+             fit_qvel0: bool | None = None, fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
+             central: bool = True, eps: float | dict | None = None,
+             out=None, plots: bool = True, progress: bool = False, callback: Callable | None = None) -> SysIdResult:
+  """Identifies model parameters from recorded trajectories.
+
+  Args:
+    model: MJCF path or XML string, `mujoco.MjSpec` or `mujoco.MjModel`; its values are the
+      initial guess (a path or spec is needed to write `model.xml`).
+    data: a recording or a list of them: `.npz` / `.csv` paths, `diffsim.data.Recording`s, or
+      dicts of arrays (see `diffsim.data` for the format). All share one parameter set.
+    params: `"field:element"` strings (`"body_mass:ball"`, `"dof_damping:slide"`, `"opt.gravity"`)
+      or `diffsim.Param`s.
+    bounds: `{name: (lower, upper)}`; default `(0, inf)` for positive quantities, else unbounded.
+    weights: residual weight multipliers: `{"qpos"|"qvel"|"sensordata": w}` per signal kind,
+      `{"qpos:<joint>"|"qvel:<joint>"|"sensor:<name>": w}` per column.
+    normalize: divide residuals by the RMS spread of the measured signals of the same unit (joint
+      angles, joint lengths, each sensor), so signals in different units count alike (default);
+      `weights` multiply on top. For the confidence, weights should be proportional to
+      1 / (noise std) of each signal: pass them via `weights` (and `normalize=False`) when known.
+    solver: `"lm"` (Levenberg-Marquardt) or `"adam"`.
+    iters: maximum iterations (each runs one linearized rollout).
+    shooting: multiple shooting: restart from the measured state every `shooting` samples (each
+      segment runs in its own world); `None`: one rollout per recording.
+    starts: number of initial guesses solved in parallel worlds (the first is the MJCF value or
+      `x0`, the others random within a factor `1 + spread`), or an array `(nstart, nparam)`.
+    spread: spread of random initial guesses (see `starts`).
+    seed: seed of the random initial guesses.
+    x0: `{name: value}` initial guess overriding the MJCF value.
+    lr: Adam step, relative to each parameter's initial magnitude.
+    ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these.
+    jacobian: `"forward"` (tangent-linear propagation, default) or `"tape"` (reverse mode, one
+      backward pass per residual block: for checks; much slower).
+    resample: resample recordings whose sample times are off the timestep grid instead of failing.
+    fit_qvel0: solve for the initial velocity of each world (recording, or shooting segment) together
+      with the parameters, starting from a finite-difference estimate from `qpos`. `None` (default):
+      for worlds whose initial velocity is not measured (no `qvel`, no `qvel0`); `True`: for all
+      (noisy `qvel`); `False`: never (use the estimate as is). LM only; Adam keeps the estimate.
+    fit_qpos0: also solve for the initial position of each world (a tangent-space offset from the
+      measured row), with that row counted as a measurement: for noisy position data, where
+      pinning the simulation to one noisy sample biases the parameters. LM only.
+    device: Warp device (`None`: CUDA if available, else CPU).
+    solver_settings: MJWarp constraint solver settings (`diffsim.SolverSettings`).
+    central, eps: finite-difference scheme of the step Jacobians (see `diffsim.Rollout`).
+    out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing).
+    plots: write PNG plots when `out` is given.
+    progress: show a tqdm progress bar.
+    callback: called after every iteration with `{"nit", "fun", "theta"}`.
+
+  Returns:
+    A `SysIdResult`.
+
+  Raises:
+    diffsim.data.DataError: bad recorded data (before any kernel runs).
+    ValueError, KeyError: bad parameters, bounds or options (before any kernel runs).
+  """
+  if solver not in ("lm", "adam"):
+    raise ValueError(f"solver must be 'lm' or 'adam', got {solver!r}")
+  if jacobian not in ("forward", "tape"):
+    raise ValueError(f"jacobian must be 'forward' or 'tape', got {jacobian!r}")
+  if not isinstance(iters, (int, np.integer)) or iters < 0:
+    raise ValueError(f"iters must be a non-negative integer, got {iters!r}")
+  source = model
+  if isinstance(model, (str, os.PathLike)) and not str(model).lstrip().startswith("<"):
+    source = os.path.abspath(os.fspath(model))
+  mjm = copy_mjmodel(model) if isinstance(model, mujoco.MjModel) else _load_mjmodel(source)
+  recs = _as_recordings(data, mjm, resample)
+  bounds = dict(bounds or {})
+  plist = [parse_param(p, bounds) for p in ([params] if isinstance(params, (str, Param)) else params)]
+  unknown = sorted(set(bounds) - {p.name for p in plist})
+  if unknown:
+    raise ValueError(f"bounds name unknown parameters {unknown}; parameters are {[p.name for p in plist]}")
+  # the MJCF values in float64 (Param.nominal goes through the float32 device model)
+  nominal, lower, upper, dims = _check_params(mjm, plist)
+  offsets = np.cumsum([0] + dims)[:-1]
+  theta0 = _initial_guesses([(p, int(o), d) for p, o, d in zip(plist, offsets, dims)], nominal, lower, upper,
+                            starts, spread, seed, x0)
+  nstart = theta0.shape[0]
+
+  t0 = _time.perf_counter()
+  prob = _Problem(mjm, recs, plist, weights=weights, normalize=normalize, shooting=shooting, nstart=nstart,
+                  device=device, solver=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0,
+                  fit_qpos0=fit_qpos0)
+  layout = prob.layout
+  labels = _labels(plist, mjm)
+
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=iters, desc="sysid", unit="it", leave=False)
+
+  def on_iter(info):
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(cost=f"{info['fun']:.4g}")
+    if callback is not None:
+      callback(info)
+
+  # unknowns: the parameters, then the initial states solved for (unbounded)
+  nfree = prob.nunknown - prob.nparam
+  lo_x = np.concatenate([lower, np.full(nfree, -np.inf)])
+  hi_x = np.concatenate([upper, np.full(nfree, np.inf)])
+  try:
+    if solver == "lm":
+      xs, f, ne, hist, nit, done, reason = _lm(prob, prob.x0(theta0), lo_x, hi_x, iters=iters, ftol=ftol,
+                                               xtol=xtol, jacobian=jacobian, callback=on_iter)
+    else:
+      # Adam keeps the initial states at their measured or estimated values
+      theta, f, hist, nit, done, reason = _adam(prob, theta0, lower, upper, iters=iters, lr=lr, callback=on_iter)
+      xs = prob.x0(theta)
+  finally:
+    if bar is not None:
+      bar.close()
+  best = int(np.argmin(f))
+  theta = xs[:, :prob.nparam]
+  # final state: cost, curvature for the confidence, and the simulated signals for the plots; LM
+  # usually ends on a rollout at the accepted point, which already has all three
+  if solver == "lm" and np.array_equal(prob.last_x[best], xs[best]):
+    fun, sb, after = float(f[best]), best, prob.samples(best)
+  else:
+    ne = prob.linearize(np.repeat(xs[best:best + 1], nstart, axis=0))
+    fun, sb, after = float(ne.cost[0]), 0, prob.samples(0)
+  wall = _time.perf_counter() - t0
+  cov, std, corr, cond, msgs = _confidence(ne, sb, fun, prob.nresidual // nstart, prob.nunknown, labels)
+  for m in msgs:
+    warnings.warn(m, IdentifiabilityWarning, stacklevel=2)
+  x, sd, xi, bnd = {}, {}, {}, {}
+  for p, off in zip(plist, layout.offsets):
+    sl = slice(int(off), int(off) + p.dim)
+    pick = (lambda a: float(a[sl][0])) if p.dim == 1 else (lambda a: a[sl].copy())
+    x[p.name], sd[p.name], xi[p.name] = pick(theta[best]), pick(std), pick(theta0[0])
+    bnd[p.name] = (pick(lower), pick(upper))
+  message = str(reason[best]) + "".join(f"; warning: {m}" for m in msgs)
+  res = SysIdResult(
+    x=x, std=sd, x0=xi, fun=fun, fun0=float(hist["fun"][0][0]), nit=int(nit), nfev=prob.nrollout,
+    history={"fun": np.array([h[best] for h in hist["fun"]]), "x": np.array([h[best] for h in hist["x"]]),
+             "lambda": np.array([h[best] for h in hist["lambda"]])},
+    success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[0].copy(),
+    theta_std=std, cov=cov, corr=corr, cond=cond, warnings=msgs, starts_fun=np.asarray(f, dtype=np.float64),
+    wall_time=wall, nresidual=prob.nresidual // nstart, solver=solver, bounds=bnd,
+    initial_qpos=[prob.initial_state(xs[best])[0][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
+    initial_qvel=[prob.initial_state(xs[best])[1][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
+    _plot={"recs": prob.recs, "before": prob.before, "after": after, "mjm": prob.mjm},
+    _source=source, _params=plist)
+  if out is not None:
+    res.save(out, plots=plots)
+  return res
+
+
+# -- MJCF output ------------------------------------------------------------------------------------
+
+_SPEC_KIND = {  # field prefix -> (spec list, object type)
+  "body_": ("bodies", mujoco.mjtObj.mjOBJ_BODY),
+  "jnt_": ("joints", mujoco.mjtObj.mjOBJ_JOINT),
+  "dof_": ("joints", mujoco.mjtObj.mjOBJ_JOINT),
+  "geom_": ("geoms", mujoco.mjtObj.mjOBJ_GEOM),
+  "site_": ("sites", mujoco.mjtObj.mjOBJ_SITE),
+  "actuator_": ("actuators", mujoco.mjtObj.mjOBJ_ACTUATOR),
+  "tendon_": ("tendons", mujoco.mjtObj.mjOBJ_TENDON),
+  "pair_": ("pairs", mujoco.mjtObj.mjOBJ_PAIR),
+}
+_SPEC_ATTR = {"body_inertia": "inertia", "body_ipos": "ipos", "body_mass": "mass"}
+
+
+def _load_spec(source) -> mujoco.MjSpec:
+  if isinstance(source, mujoco.MjSpec):
+    return source.copy()
+  if isinstance(source, mujoco.MjModel):
+    raise TypeError("an MjModel cannot be written back as MJCF; pass the MJCF path or an MjSpec")
+  src = os.fspath(source)
+  if src.lstrip().startswith("<"):
+    return mujoco.MjSpec.from_string(src)
+  spec = mujoco.MjSpec.from_file(src)
+  # asset folders are relative to the original file: make them absolute so model.xml loads anywhere
+  base = os.path.dirname(os.path.abspath(src))
+  for attr in ("meshdir", "texturedir"):
+    d = getattr(spec, attr) or ""
+    setattr(spec, attr, os.path.normpath(os.path.join(base, d)) if not os.path.isabs(d) else d)
+  return spec
+
+
+def identified_spec(source, params: Sequence[Param], theta: np.ndarray) -> mujoco.MjSpec:
+  """An `MjSpec` of `source` with the parameter values `theta` `(nparam,)` written in.
+
+  Checks the result: the compiled spec must reproduce every value (float32 precision).
+  """
+  spec = _load_spec(source)
+  mjm = spec.copy().compile()
+  inertial_done = set()
+  off = 0
+  for p in params:
+    if not p.elements:  # not bound to a scene: resolve the names here
+      p.elements = p._resolve_elements(_Names(mjm))
+    vals = np.asarray(theta[off:off + p.dim], dtype=np.float64).reshape(len(p.elements), len(p.components))
+    off += p.dim
+    if p.field.startswith("opt."):
+      attr = p.field[4:]
+      cur = np.array(getattr(spec.option, attr), dtype=np.float64, ndmin=1)
+      cur[p.components] = vals[0]
+      setattr(spec.option, attr, cur if np.ndim(getattr(spec.option, attr)) else float(cur[0]))
+      continue
+    prefix = next((k for k in _SPEC_KIND if p.field.startswith(k)), None)
+    if prefix is None:
+      raise ValueError(f"cannot write parameter {p.name!r} to MJCF: unknown element kind of {p.field!r}")
+    listname, objtype = _SPEC_KIND[prefix]
+    attr = _SPEC_ATTR.get(p.field, p.field[len(prefix):])
+    for e, row in zip(p.elements, vals):
+      ident = int(mjm.dof_jntid[e]) if prefix == "dof_" else e
+      name = mujoco.mj_id2name(mjm, objtype, ident)
+      el = getattr(spec, listname)[ident]
+      if name and el.name != name:
+        el = next(x for x in getattr(spec, listname) if x.name == name)
+      if p.field in ("body_mass", "body_inertia", "body_ipos"):
+        # write the compiled inertial frame explicitly, so the edit survives inertia-from-geom compilation
+        if e not in inertial_done:
+          inertial_done.add(e)
+          el.explicitinertial = True
+          el.mass = float(mjm.body_mass[e])
+          el.ipos = mjm.body_ipos[e]
+          el.iquat = mjm.body_iquat[e]
+          el.inertia = mjm.body_inertia[e]
+          el.fullinertia = np.full(6, np.nan)
+      if not hasattr(el, attr):
+        raise ValueError(f"cannot write parameter {p.name!r} to MJCF: MjSpec {listname[:-1]} has no attribute {attr!r}")
+      cur = getattr(el, attr)
+      if np.ndim(cur) == 0:
+        setattr(el, attr, float(row[0]))
+      else:
+        cur = np.array(cur, dtype=np.float64)
+        for c, v in zip(p.components, row):
+          cur[c] = v
+        setattr(el, attr, cur)
+      # a position servo keeps biasprm[1] = -kp, as the simulation did (see Param)
+      if p.field == "actuator_gainprm" and 0 in p.components and mjm.actuator_biasprm[e, 1] != 0.0 \
+          and np.isclose(mjm.actuator_biasprm[e, 1], -mjm.actuator_gainprm[e, 0]):
+        b = np.array(el.biasprm, dtype=np.float64)
+        b[1] = -row[p.components.index(0)]
+        el.biasprm = b
+  # verify what will be written: the XML, reloaded
+  try:
+    chk = mujoco.MjModel.from_xml_string(spec.to_xml())
+  except Exception as e:
+    raise ValueError(f"the identified model does not compile: {e}") from None
+  off = 0
+  for p in params:
+    want = np.asarray(theta[off:off + p.dim], dtype=np.float64)
+    off += p.dim
+    a = _host_field(chk, p.field)
+    rows = a.reshape(1, -1) if p._elem_size is None else a.reshape(a.shape[0], -1)
+    got = np.array([rows[e, c] for e in p.elements for c in p.components])
+    if not np.allclose(got, want, rtol=1e-5, atol=1e-9):
+      raise ValueError(f"writing {p.name!r} to MJCF gave {got} after compiling instead of {want} (a compiler "
+                       "option such as inertiafromgeom or a default overrides it)")
+  return spec
+
+
+def write_mjcf(source, params: Sequence[Param], theta: np.ndarray, path) -> None:
+  """Writes the identified model as MJCF to `path` (through a temporary file and a rename)."""
+  spec = identified_spec(source, params, theta)
+  xml = spec.to_xml()
+  _data._atomic_write(path, lambda f: f.write(xml.encode()))

@@ -1,0 +1,116 @@
+"""The `diffsim` command line."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import mujoco
+import numpy as np
+import pytest
+
+from diffsim import cli
+from diffsim import data as D
+
+GUESS = """
+<mujoco model="pendulum">
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="pole">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.05"/>
+      <inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>
+      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="0"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="torque" joint="hinge"/>
+  </actuator>
+</mujoco>
+"""
+TRUTH = GUESS.replace('mass="0.5"', 'mass="0.6"').replace('damping="0.05"', 'damping="0.08"')
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  d = tmp_path_factory.mktemp("cli")
+  (d / "pendulum.xml").write_text(GUESS)
+  t = np.arange(101) * 0.01
+  for i, (scale, q0) in enumerate([(1.0, 0.3), (0.7, -0.4)]):
+    ctrl = scale * (0.8 * np.sin(2 * np.pi * 0.7 * t + i) + 0.5 * np.sin(2 * np.pi * 1.9 * t))[:, None]
+    D.save_npz(d / f"run{i}.npz", D.simulate(TRUTH, ctrl, qpos0=[q0]))
+  return d
+
+
+def test_help(capsys):
+  with pytest.raises(SystemExit) as e:
+    cli.main(["--help"])
+  assert e.value.code == 0
+  out = capsys.readouterr().out
+  assert "sysid" in out and "usage: diffsim" in out
+  with pytest.raises(SystemExit) as e:
+    cli.main(["sysid", "--help"])
+  assert e.value.code == 0
+  out = capsys.readouterr().out
+  for opt in ("--param", "--bounds", "--weight", "--solver", "--device", "--iters", "--out", "--shooting", "--starts"):
+    assert opt in out
+
+
+def test_console_script():
+  # `diffsim --help` through the installed entry point (or `python -m diffsim.cli` without it)
+  exe = shutil.which("diffsim")
+  cmd = [exe, "--help"] if exe else [sys.executable, "-m", "diffsim.cli", "--help"]
+  p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+  assert p.returncode == 0, p.stderr
+  assert "sysid" in p.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+  (["missing.xml", "run0.npz", "--param", "dof_damping:hinge"], "MJCF file not found"),
+  (["pendulum.xml", "nope.npz", "--param", "dof_damping:hinge"], "recorded data not found"),
+  (["pendulum.xml", "run0.npz", "--param", "dof_damping:elbow"], "no joint named 'elbow' in the model"),
+  (["pendulum.xml", "run0.npz", "--param", "dof_damping:hinge", "--weight", "qacc=2"], "unknown weight key 'qacc'"),
+  (["pendulum.xml", "run0.npz", "--param", "dof_damping:hinge", "--bounds", "dof_damping:hinge=1,2"],
+   "lies outside the bounds"),
+  (["pendulum.xml", "bad.npz", "--param", "dof_damping:hinge"], "'qpos' contains 1 NaN/Inf"),
+])
+def test_bad_input_exits_2_with_a_clear_message(files, capsys, monkeypatch, args, message):
+  monkeypatch.chdir(files)
+  rec = D.load_npz(files / "run0.npz")[0]
+  rec.qpos[4, 0] = np.nan
+  D.save_npz(files / "bad.npz", rec)
+  assert cli.main(["sysid", *args, "--out", str(files / "bad_out"), "--quiet"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("diffsim sysid: error: ") and message in err
+  assert not (files / "bad_out").exists()  # nothing written on bad input
+
+
+def test_argument_errors(capsys):
+  with pytest.raises(SystemExit) as e:
+    cli.main(["sysid", "m.xml", "d.npz"])  # --param is required
+  assert e.value.code == 2
+  assert "--param" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    cli.main(["sysid", "m.xml", "d.npz", "--param", "x", "--bounds", "x=1"])
+  assert "NAME=LOWER,UPPER" in capsys.readouterr().err
+
+
+def test_sysid_end_to_end(files, capsys):
+  out = files / "out"
+  code = cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), str(files / "run1.npz"),
+                   "--param", "body_mass:pole", "--param", "dof_damping:hinge", "--bounds", "body_mass:pole=0.1,5",
+                   "--weight", "qvel=0.5", "--device", "cpu", "--iters", "15", "--out", str(out)])
+  captured = capsys.readouterr()
+  assert code == 0, captured.err
+  lines = captured.out.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("sysid converged: cost ")
+  assert "body_mass:pole = " in lines[0] and "params.json" in lines[0]
+  params = json.loads((out / "params.json").read_text())
+  assert abs(params["body_mass:pole"]["value"] / 0.6 - 1) < 1e-3
+  assert abs(params["dof_damping:hinge"]["value"] / 0.08 - 1) < 1e-3
+  assert params["body_mass:pole"]["initial"] == 0.5
+  assert (params["body_mass:pole"]["lower"], params["body_mass:pole"]["upper"]) == (0.1, 5.0)
+  m = mujoco.MjModel.from_xml_path(str(out / "model.xml"))
+  assert abs(m.body_mass[1] / 0.6 - 1) < 1e-3
+  assert {"params.json", "model.xml", "signals.png", "signals_1.png", "cost.png", "params.png"} <= set(os.listdir(out))
+  assert "sysid" in captured.err  # the progress bar

@@ -1,0 +1,276 @@
+"""Recorded data: formats, validation errors, resampling (host only: no kernels run here)."""
+
+import mujoco
+import numpy as np
+import pytest
+
+import diffsim
+from diffsim import data as D
+
+# A pendulum with a motor, a joint-angle sensor and a tip-position sensor (3 values).
+PENDULUM = """
+<mujoco model="pendulum">
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="pole">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.05"/>
+      <inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>
+      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="0"/>
+      <site name="tip" pos="0 0 -0.5"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="torque" joint="hinge"/>
+  </actuator>
+  <sensor>
+    <jointpos name="angle" joint="hinge"/>
+    <framepos name="tip_pos" objtype="site" objname="tip"/>
+  </sensor>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="module")
+def mjm():
+  return mujoco.MjModel.from_xml_string(PENDULUM)
+
+
+@pytest.fixture(scope="module")
+def rec(mjm):
+  t = np.arange(40) * 0.02
+  ctrl = np.sin(3 * t)[:, None]
+  return D.simulate(mjm, ctrl, qpos0=[0.2], substeps=2)
+
+
+def _copy(rec, **kw):
+  fields = {k: (None if getattr(rec, k) is None else np.array(getattr(rec, k), copy=True))
+            for k in ("time", "ctrl", "qpos", "qvel", "sensordata", "act", "sensor_mask", "qpos0", "qvel0")}
+  fields.update(kw)
+  return D.Recording(**fields, source="test.npz")
+
+
+def test_simulate_matches_mj_step(mjm, rec):
+  d = mujoco.MjData(mjm)
+  d.qpos[0] = 0.2
+  for k in range(rec.nrow):
+    np.testing.assert_allclose(rec.qpos[k], d.qpos, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(rec.qvel[k], d.qvel, rtol=0, atol=1e-12)
+    d.ctrl[:] = rec.ctrl[k]
+    mujoco.mj_step(mjm, d)
+    np.testing.assert_allclose(rec.sensordata[k], d.sensordata, rtol=0, atol=1e-12)  # row k: state k, ctrl k
+    mujoco.mj_step(mjm, d)
+  np.testing.assert_allclose(np.diff(rec.time), 0.02)
+  np.testing.assert_array_equal(D.sim_steps(rec.time, 0.01), 2 * np.arange(rec.nrow))
+
+
+def test_npz_roundtrip_single_and_batched(tmp_path, mjm, rec):
+  p = tmp_path / "one.npz"
+  D.save_npz(p, rec)
+  (r,) = D.load(p, mjm)
+  for k in ("time", "ctrl", "qpos", "qvel", "sensordata"):
+    np.testing.assert_array_equal(getattr(r, k), getattr(rec, k))
+  p2 = tmp_path / "two.npz"
+  D.save_npz(p2, [rec, _copy(rec, qpos=rec.qpos + 1.0)])
+  recs = D.load(p2, mjm)
+  assert len(recs) == 2 and recs[1].source == "two.npz[1]"
+  np.testing.assert_array_equal(recs[1].qpos, rec.qpos + 1.0)
+
+
+def test_csv_roundtrip_with_names(tmp_path, mjm, rec):
+  p = tmp_path / "rec.csv"
+  D.save_csv(p, rec, mjm)
+  header = open(p).readline().strip().split(",")
+  assert header == ["time", "ctrl:torque", "qpos:hinge", "qvel:hinge", "sensor:angle", "sensor:tip_pos[0]",
+                    "sensor:tip_pos[1]", "sensor:tip_pos[2]"]
+  (r,) = D.load(p, mjm)
+  for k in ("time", "ctrl", "qpos", "qvel", "sensordata"):
+    np.testing.assert_array_equal(getattr(r, k), getattr(rec, k))
+  assert r.sensor_mask is None
+
+
+def test_csv_bare_names_and_sensor_subset(tmp_path, mjm, rec):
+  # bare names resolve when unique; a subset of sensors is allowed and masked
+  p = tmp_path / "bare.csv"
+  cols = np.stack([rec.time, rec.ctrl[:, 0], rec.qpos[:, 0], rec.sensordata[:, 0]], axis=1)
+  np.savetxt(p, cols, delimiter=",", header="time,torque,hinge,angle", comments="")
+  (r,) = D.load(p, mjm)
+  np.testing.assert_array_equal(r.ctrl[:, 0], rec.ctrl[:, 0])
+  np.testing.assert_array_equal(r.qpos[:, 0], rec.qpos[:, 0])
+  assert r.qvel is None
+  np.testing.assert_array_equal(r.sensor_mask, [True, False, False, False])
+  np.testing.assert_array_equal(r.sensordata[:, 0], rec.sensordata[:, 0])
+
+
+def _write_csv(path, header, rows):
+  with open(path, "w") as f:
+    f.write(",".join(header) + "\n")
+    for row in rows:
+      f.write(",".join(str(v) for v in row) + "\n")
+
+
+@pytest.mark.parametrize("header, message", [
+  (["time", "ctrl:torque", "qpos:hinge", "foo"], "column 'foo' names nothing in the model"),
+  (["time", "qpos:hinge"], "missing control column(s) for actuator(s) ['torque']"),
+  (["ctrl:torque", "qpos:hinge"], "no 'time' column"),
+  (["time", "ctrl:torque", "qpos:hinge", "qpos:hinge"], "duplicate column(s) ['qpos:hinge']"),
+  (["time", "ctrl:torque", "qpos:nope"], "known qpos columns: ['qpos:hinge']"),
+])
+def test_csv_errors(tmp_path, mjm, header, message):
+  p = tmp_path / "bad.csv"
+  _write_csv(p, header, [[0.01 * i] * len(header) for i in range(3)])
+  with pytest.raises(D.DataError) as e:
+    D.load(p, mjm)
+  assert message in str(e.value)
+
+
+def test_csv_ambiguous_bare_name(tmp_path):
+  # SO-101 names its actuators after their joints: a bare name must get a prefix
+  so101 = mujoco.MjModel.from_xml_path(diffsim.asset_path("so101", "so101_new_calib.xml"))
+  names = [mujoco.mj_id2name(so101, mujoco.mjtObj.mjOBJ_ACTUATOR, i) for i in range(so101.nu)]
+  p = tmp_path / "so.csv"
+  header = ["time"] + [f"ctrl:{n}" for n in names] + ["elbow_flex"]
+  _write_csv(p, header, [[0.002 * i] * len(header) for i in range(3)])
+  with pytest.raises(D.DataError, match="names several elements.*'qpos:elbow_flex'"):
+    D.load(p, so101)
+
+
+def test_csv_empty_cell_is_reported_as_nan(tmp_path, mjm):
+  p = tmp_path / "gap.csv"
+  with open(p, "w") as f:
+    f.write("time,ctrl:torque,qpos:hinge\n0,0,0.1\n0.01,0,\n0.02,0,0.1\n")
+  with pytest.raises(D.DataError, match=r"'qpos' contains 1 NaN/Inf value\(s\), the first at row 1"):
+    D.load(p, mjm)
+
+
+# every validation error, with the words that name the problem and the fix
+@pytest.mark.parametrize("change, message", [
+  (dict(qpos="nan@5"), r"'qpos' contains 1 NaN/Inf value\(s\), the first at row 5, column 0 .* drop or interpolate"),
+  (dict(ctrl="inf@3"), r"'ctrl' contains 1 NaN/Inf value\(s\), the first at row 3"),
+  (dict(sensordata="nan@7"), r"'sensordata' contains 1 NaN/Inf"),
+  (dict(time="nan@2"), r"'time' contains 1 NaN/Inf"),
+  (dict(time="dup@4"), r"'time' must be strictly increasing, but time\[4\] = .* <= time\[3\] .* sort the rows"),
+  (dict(time="swap@6"), r"'time' must be strictly increasing"),
+  (dict(qvel="short"), r"'qvel' has 39 rows but 'time' has 40: every array needs one row per time sample"),
+  (dict(ctrl="wide"), r"'ctrl' has 2 columns but the model has 1 actuators \['torque'\]"),
+  (dict(qpos="wide"), r"'qpos' has 2 columns but the model has 1 qpos coordinates"),
+  (dict(qvel="wide"), r"'qvel' has 2 columns but the model has 1 degrees of freedom"),
+  (dict(sensordata="narrow"), r"'sensordata' has 3 columns but the model has 4 sensor values"),
+  (dict(ctrl=None), r"missing 'ctrl'; the model has 1 actuators \['torque'\]"),
+  (dict(qpos=None, qvel=None, sensordata=None), r"nothing measured; give at least one of 'qpos'"),
+  (dict(time="offgrid"), r"time\[1\] - time\[0\] = 0.015 s is not a multiple of the model timestep 0.01 s.*"
+                         r"diffsim.data.resample\(rec, period=0.02\).*--resample.*<option timestep=...>"),
+  (dict(time="irregular"), r"time\[11\] - time\[10\] = 0.025 s is not a multiple"),
+  (dict(qpos0=np.zeros(3)), r"'qpos0' has 3 values but the model has 1"),
+])
+def test_validation_errors(mjm, rec, change, message):
+  kw = {}
+  for k, how in change.items():
+    base = None if getattr(rec, k) is None else np.array(getattr(rec, k), dtype=float, copy=True)
+    if how is None or isinstance(how, np.ndarray):
+      kw[k] = how
+    elif how.startswith(("nan@", "inf@")):
+      row = int(how[4:])
+      v = base
+      v[row] = np.nan if how.startswith("nan") else np.inf
+      if v.ndim == 2:
+        v[row, 1:] = 0.0
+      kw[k] = v
+    elif how.startswith("dup@"):
+      i = int(how[4:])
+      base[i] = base[i - 1]
+      kw[k] = base
+    elif how.startswith("swap@"):
+      i = int(how[5:])
+      base[i], base[i - 1] = base[i - 1], base[i]
+      kw[k] = base
+    elif how == "short":
+      kw[k] = base[:-1]
+    elif how == "wide":
+      kw[k] = np.concatenate([base, base], axis=1)
+    elif how == "narrow":
+      kw[k] = base[:, :3]
+    elif how == "offgrid":
+      kw[k] = np.arange(rec.nrow) * 0.015
+    elif how == "irregular":
+      t = np.arange(rec.nrow) * 0.02
+      t[11:] += 0.005
+      kw[k] = t
+  bad = _copy(rec, **kw)
+  with pytest.raises(D.DataError, match=message) as e:
+    D.validate(bad, mjm)
+  assert "test.npz" in str(e.value)  # the message names the source
+
+
+def test_npz_errors(tmp_path, mjm, rec):
+  p = tmp_path / "bad.npz"
+  np.savez(p, time=rec.time, ctrl=rec.ctrl, qpos=rec.qpos, velocity=rec.qvel)
+  with pytest.raises(D.DataError, match=r"unknown key\(s\) \['velocity'\]"):
+    D.load(p, mjm)
+  np.savez(p, ctrl=rec.ctrl, qpos=rec.qpos)
+  with pytest.raises(D.DataError, match="missing 'time'"):
+    D.load(p, mjm)
+  np.savez(p, time=rec.time, ctrl=np.stack([rec.ctrl] * 2), qpos=np.stack([rec.qpos] * 3))
+  with pytest.raises(D.DataError, match="disagree on the number of trajectories"):
+    D.load(p, mjm)
+  q = tmp_path / "data.txt"
+  q.write_text("1,2,3")
+  with pytest.raises(D.DataError, match="unknown data format '.txt'"):
+    D.load(q, mjm)
+  with pytest.raises(FileNotFoundError, match="recorded data not found"):
+    D.load(tmp_path / "missing.npz", mjm)
+
+
+def test_resample_fixes_offgrid_times(mjm):
+  # a 75 Hz-ish recording: linear signals interpolate exactly, the control is held
+  t = np.arange(30) * 0.015
+  ctrl = np.where(np.arange(30) % 2 == 0, 1.0, -1.0)[:, None]
+  r = D.Recording(time=t, ctrl=ctrl, qpos=(0.1 + 2.0 * t)[:, None], qvel=np.full((30, 1), 2.0), source="x")
+  with pytest.raises(D.DataError):
+    D.validate(r, mjm)
+  g = D.validate(r, mjm, resample_to_grid=True)
+  np.testing.assert_allclose(np.diff(g.time), 0.02)
+  np.testing.assert_allclose(g.qpos[:, 0], 0.1 + 2.0 * g.time, atol=1e-12)
+  # zero-order hold: the control in force at each new time
+  idx = np.searchsorted(t, g.time + 1e-12, side="right") - 1
+  np.testing.assert_array_equal(g.ctrl, ctrl[idx])
+  assert g.time[-1] <= t[-1] + 1e-12
+
+
+def test_estimate_qvel_is_second_order(mjm):
+  # exact for quadratic motion, at the ends and inside, on an irregular (dt-multiple) grid
+  t = np.cumsum([0, 0.01, 0.02, 0.01, 0.03, 0.01])
+  q = 0.3 + 1.5 * t - 4.0 * t**2
+  r = D.Recording(time=t, ctrl=np.zeros((6, 1)), qpos=q[:, None], source="x")
+  for row in range(6):
+    np.testing.assert_allclose(D.estimate_qvel(r, mjm, row), [1.5 - 8.0 * t[row]], atol=1e-9)
+
+
+def test_initial_state_travels_with_sensor_only_recordings(mjm):
+  r = D.simulate(mjm, np.zeros((5, 1)), qpos0=[0.4], qvel0=[-1.0], record=("sensordata",))
+  assert r.qpos is None and r.qvel is None
+  np.testing.assert_array_equal(r.qpos0, [0.4])
+  np.testing.assert_array_equal(r.qvel0, [-1.0])
+  D.validate(r, mjm)
+
+
+def test_identify_rejects_bad_data_before_any_kernel(monkeypatch, mjm, rec):
+  # no Scene (so no MJWarp model, data or kernel) may be built before validation fails
+  from diffsim import sysid
+
+  def boom(*a, **k):
+    raise AssertionError("a Scene was built before the data were validated")
+
+  monkeypatch.setattr(sysid, "Scene", boom)
+  bad = _copy(rec, qpos=np.where(np.arange(rec.nrow)[:, None] == 3, np.nan, rec.qpos))
+  with pytest.raises(D.DataError, match="NaN/Inf"):
+    sysid.identify(PENDULUM, bad, ["dof_damping:hinge"], device="cpu")
+  with pytest.raises(KeyError, match=r"no joint named 'nope' in the model; joints are: \['hinge'\]"):
+    sysid.identify(PENDULUM, rec, ["dof_damping:nope"], device="cpu")
+  with pytest.raises(ValueError, match=r"initial guess \(MJCF value \[0.05\]\) lies outside the bounds"):
+    sysid.identify(PENDULUM, rec, ["dof_damping:hinge"], bounds={"dof_damping:hinge": (0.1, 1.0)}, device="cpu")
+  with pytest.raises(ValueError, match="bounds name unknown parameters"):
+    sysid.identify(PENDULUM, rec, ["dof_damping:hinge"], bounds={"body_mass:pole": (0.1, 1.0)}, device="cpu")
+  with pytest.raises(ValueError, match="duplicate parameters"):
+    sysid.identify(PENDULUM, rec, ["dof_damping:hinge", "dof_damping:hinge"], device="cpu")
+  with pytest.raises(KeyError, match="unknown parameter field 'dof_dampin'"):
+    sysid.identify(PENDULUM, rec, ["dof_dampin:hinge"], device="cpu")

@@ -1,0 +1,224 @@
+"""System identification recovers known parameters from data made with MuJoCo C (float64)."""
+
+import json
+import os
+import warnings
+
+import mujoco
+import numpy as np
+import pytest
+
+import diffsim
+from diffsim import data as D
+from diffsim import sysid as S
+
+import models  # tests/models.py (shared with the core tests, so their compiled kernels are reused)
+
+# The initial guess: a pendulum whose inertia is given explicitly, so body_mass changes the mass
+# (gravity torque m g d, inertia m d^2) and nothing else, as MJWarp's body_mass parameter does.
+GUESS = """
+<mujoco model="pendulum">
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="pole">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.05"/>
+      <inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>
+      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="0"/>
+      <site name="tip" pos="0 0 -0.5"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="torque" joint="hinge"/>
+  </actuator>
+  <sensor>
+    <jointpos name="angle" joint="hinge"/>
+    <framepos name="tip_pos" objtype="site" objname="tip"/>
+  </sensor>
+</mujoco>
+"""
+TRUE = {"body_mass:pole": 0.6, "dof_damping:hinge": 0.08}
+TRUTH = GUESS.replace('mass="0.5"', 'mass="0.6"').replace('damping="0.05"', 'damping="0.08"')
+PARAMS = list(TRUE)
+
+
+def _ctrl(n, dt, scale=1.0, phase=0.0):
+  t = np.arange(n) * dt
+  return scale * (0.8 * np.sin(2 * np.pi * 0.7 * t + phase) + 0.5 * np.sin(2 * np.pi * 1.9 * t + 0.3))[:, None]
+
+
+def _rel_err(res, truth=TRUE):
+  return {k: abs(res.x[k] / v - 1.0) for k, v in truth.items()}
+
+
+@pytest.fixture(scope="module")
+def rec():
+  return D.simulate(TRUTH, _ctrl(151, 0.01), qpos0=[0.3])
+
+
+@pytest.fixture(scope="module")
+def result(rec):
+  return S.identify(GUESS, rec, PARAMS, device="cpu", iters=15)
+
+
+def test_lm_recovers_mass_and_damping(result):
+  err = _rel_err(result)
+  assert all(e < 1e-3 for e in err.values()), err
+  assert result.success, result.message
+  assert result.fun < 1e-8 * result.fun0
+  assert 1 <= result.nit <= 15 and result.nfev <= result.nit + 2
+  assert result.history["fun"].shape == (result.nit + 1,)
+  assert result.history["x"].shape == (result.nit + 1, 2)
+  np.testing.assert_allclose(result.history["x"][0], [0.5, 0.05])
+  assert result.x0 == {"body_mass:pole": 0.5, "dof_damping:hinge": 0.05}
+  # noise-free data: the uncertainty left is tiny, and no identifiability warning
+  assert all(0 < result.std[k] < 1e-4 * TRUE[k] for k in TRUE)
+  assert not result.warnings
+
+
+def test_outputs(tmp_path, result):
+  files = result.save(tmp_path)
+  assert set(files) == {"params_json", "model", "signals", "cost", "params_plot"}
+  params = json.loads((tmp_path / "params.json").read_text())
+  assert set(params) == set(TRUE)
+  for k in TRUE:
+    assert set(params[k]) >= {"initial", "value", "std"}
+    assert params[k]["value"] == pytest.approx(result.x[k])
+    assert params[k]["std"] == pytest.approx(result.std[k])
+  assert params["body_mass:pole"]["initial"] == 0.5
+  m = mujoco.MjModel.from_xml_path(str(tmp_path / "model.xml"))
+  assert m.body_mass[1] == pytest.approx(result.x["body_mass:pole"], rel=1e-6)
+  assert m.dof_damping[0] == pytest.approx(result.x["dof_damping:hinge"], rel=1e-6)
+  np.testing.assert_allclose(m.body_inertia[1], [0.004, 0.004, 0.0005])  # untouched
+  for name in ("signals.png", "cost.png", "params.png"):
+    data = (tmp_path / name).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+  assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_failed_save_keeps_existing_files(tmp_path, result, monkeypatch):
+  (tmp_path / "params.json").write_text("user data")
+  monkeypatch.setattr(S.json, "dumps", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk full")))
+  with pytest.raises(RuntimeError, match="disk full"):
+    result.save(tmp_path)
+  assert (tmp_path / "params.json").read_text() == "user data"
+  assert os.listdir(tmp_path) == ["params.json"]
+
+
+def test_forward_jacobian_matches_tape():
+  # tangent-linear propagation and one backward pass per residual block give the same normal
+  # equations, for the parameters and for initial states solved for (position and velocity)
+  mjm = mujoco.MjModel.from_xml_string(GUESS)
+  recs = [D.simulate(TRUTH, _ctrl(31, 0.01), qpos0=[0.3]),
+          D.simulate(TRUTH, _ctrl(16, 0.02, 0.5, 1.0), qpos0=[-0.2], qvel0=[1.0], substeps=2,
+                     record=("qpos", "sensordata"))]
+  params = [S.parse_param(p) for p in PARAMS]
+  prob = S._Problem(mjm, recs, params, weights=None, normalize=True, shooting=None, nstart=2, device="cpu",
+                    solver=None, central=True, eps=None, fit_qpos0=True, fit_qvel0=True)
+  assert prob.nunknown == 2 + 2 * 2  # qpos and qvel offsets of both worlds
+  x = prob.x0(np.array([[0.5, 0.05], [0.58, 0.09]]))
+  x[:, 2:] += [0.01, -0.1, 0.02, 0.3]
+  f = prob.linearize(x, jacobian="forward")
+  t = prob.linearize(x, jacobian="tape")
+  np.testing.assert_allclose(t.cost, f.cost, rtol=1e-6)
+  for k in ("Htt", "Htv", "Hvv", "gt", "gv"):
+    a, b = getattr(t, k), getattr(f, k)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max(), err_msg=k)
+
+
+def test_several_recordings_share_parameters():
+  # one recording of some sensors only (tip position; initial state given), one of qpos only at half
+  # rate (initial velocity unknown: solved for)
+  sensors = D.simulate(TRUTH, _ctrl(101, 0.01), qpos0=[0.3], record=("sensordata",))
+  sensors.sensor_mask = np.array([False, True, True, True])
+  sensors.sensordata[:, 0] = np.nan  # not measured
+  recs = [sensors,
+          D.simulate(TRUTH, _ctrl(51, 0.02, 0.6, 2.0), qpos0=[-0.5], qvel0=[0.0], substeps=2, record=("qpos",))]
+  res = S.identify(GUESS, recs, PARAMS, device="cpu", iters=15)
+  err = _rel_err(res)
+  assert all(e < 1e-3 for e in err.values()), (err, res.message)
+  np.testing.assert_allclose(res.initial_qvel[1], [0.0], atol=1e-3)  # solved for (it started at rest)
+
+
+def test_multiple_shooting_and_identifiability(rec):
+  # armature and the inertia about the hinge axis only act as a sum; a friction without contacts
+  # not at all. Both are reported; mass and damping are still recovered.
+  params = PARAMS + [diffsim.Param("dof_armature", "hinge"),
+                     diffsim.Param("body_inertia", "pole", components=[1], name="body_inertia:pole[y]"),
+                     "geom_friction:rod"]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    res = S.identify(GUESS, rec, params, device="cpu", shooting=25, iters=15)
+  err = _rel_err(res)
+  assert all(e < 1e-3 for e in err.values()), (err, res.message)
+  msgs = [str(w.message) for w in caught if issubclass(w.category, S.IdentifiabilityWarning)]
+  assert msgs and msgs == res.warnings
+  text = " ".join(msgs)
+  assert "geom_friction:rod" in text and "dof_armature:hinge" in text and "body_inertia:pole[y]" in text
+  assert "body_mass:pole" not in text and "dof_damping:hinge" not in text
+  assert res.std["geom_friction:rod"] == np.inf
+  assert np.isfinite(res.std["body_mass:pole"]) and np.isfinite(res.std["dof_damping:hinge"])
+  # the sum of the two inertias is identified
+  assert res.x["dof_armature:hinge"] + res.x["body_inertia:pole[y]"] == pytest.approx(0.004, rel=1e-3)
+
+
+def test_multistart_keeps_the_best():
+  rec = D.simulate(TRUTH, _ctrl(81, 0.01), qpos0=[0.3])
+  starts = np.array([[3.0, 0.6], [0.55, 0.07]])  # a poor guess first, a good one second
+  res = S.identify(GUESS, rec, PARAMS, device="cpu", starts=starts, shooting=20, iters=4)
+  assert res.starts_fun.shape == (2,)
+  assert res.fun == pytest.approx(res.starts_fun.min(), rel=1e-6)
+  assert res.starts_fun[1] < res.starts_fun[0]
+  err = _rel_err(res)
+  assert all(e < 1e-3 for e in err.values()), (err, res.message)
+
+
+def test_adam_recovers_damping():
+  # first-order: many cheap iterations (short shooting segments), best iterate kept
+  truth = GUESS.replace('damping="0.05"', 'damping="0.08"')
+  rec = D.simulate(truth, _ctrl(81, 0.01), qpos0=[0.3])
+  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", solver="adam", lr=0.05, iters=60, shooting=10)
+  assert res.nit == 60 and res.history["fun"].shape == (61,)
+  assert abs(res.x["dof_damping:hinge"] / 0.08 - 1) < 1e-3, res.summary()
+
+
+def test_quaternion_residuals_ball_joint():
+  # qpos residuals of ball and free joints live in the tangent space (rotation vectors)
+  mjm = mujoco.MjModel.from_xml_string(models.BALL_FREE)
+  truth = mujoco.MjModel.from_xml_string(models.BALL_FREE)
+  j = mujoco.mj_name2id(truth, mujoco.mjtObj.mjOBJ_JOINT, "ball")
+  truth.dof_damping[truth.jnt_dofadr[j]:truth.jnt_dofadr[j] + 3] = 0.03
+  ctrl = np.stack([np.sin(np.arange(61) * 0.1), 0.5 * np.cos(np.arange(61) * 0.07)], axis=1)
+  qvel0 = np.zeros(mjm.nv)
+  qvel0[mjm.jnt_dofadr[j]:mjm.jnt_dofadr[j] + 3] = [2.0, -1.0, 3.0]
+  rec = D.simulate(truth, ctrl, qvel0=qvel0, record=("qpos", "qvel"))
+  res = S.identify(models.BALL_FREE, rec, ["dof_damping:ball"], device="cpu", shooting=20, iters=10)
+  np.testing.assert_allclose(res.x["dof_damping:ball"], 0.03, rtol=1e-3)
+
+
+def test_identified_mjcf_fields(tmp_path):
+  # host only: every kind of element is written into the MJCF and survives compilation; a position
+  # servo keeps biasprm[1] = -kp; body inertial edits survive inertia-from-geoms; meshes resolve
+  so101 = diffsim.asset_path("so101", "so101_new_calib.xml")
+  params = [diffsim.Param("dof_damping", ["elbow_flex", "gripper"], name="damping"),
+            diffsim.Param("jnt_stiffness:wrist_flex"), diffsim.Param("actuator_gainprm:shoulder_pan"),
+            diffsim.Param("body_mass:upper_arm"), diffsim.Param("body_inertia", "lower_arm", name="inertia"),
+            diffsim.Param("opt.gravity")]
+  theta = np.array([0.7, 0.3, 1.5, 20.0, 0.2, 3e-5, 1.6e-4, 1.5e-4, 0.1, 0.0, -9.7])
+  path = tmp_path / "model.xml"
+  S.write_mjcf(so101, params, theta, path)
+  m = mujoco.MjModel.from_xml_path(str(path))
+  j = lambda n: m.jnt_dofadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n)]
+  b = lambda n: mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, n)
+  np.testing.assert_allclose([m.dof_damping[j("elbow_flex")], m.dof_damping[j("gripper")]], [0.7, 0.3], rtol=1e-6)
+  assert m.jnt_stiffness[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "wrist_flex")] == pytest.approx(1.5)
+  assert m.actuator_gainprm[0, 0] == pytest.approx(20.0) and m.actuator_biasprm[0, 1] == pytest.approx(-20.0)
+  assert m.actuator_gainprm[1, 0] == pytest.approx(17.8)  # others untouched
+  assert m.body_mass[b("upper_arm")] == pytest.approx(0.2)
+  np.testing.assert_allclose(m.body_inertia[b("lower_arm")], [3e-5, 1.6e-4, 1.5e-4], rtol=1e-5)
+  np.testing.assert_allclose(m.opt.gravity, [0.1, 0.0, -9.7])
+  assert m.nmesh == 13
+  # inertia from geoms (no <inertial>): the mass edit must still hold after compilation
+  xml = GUESS.replace('<inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>', "").replace(
+    'mass="0"', 'mass="0.5"')
+  S.write_mjcf(xml, [diffsim.Param("body_mass:pole")], np.array([0.8]), path)
+  assert mujoco.MjModel.from_xml_path(str(path)).body_mass[1] == pytest.approx(0.8)
