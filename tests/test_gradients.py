@@ -151,3 +151,18 @@ def test_gravity_kernel_composes_with_rollout(cartpole):
   assert np.linalg.norm(fd) > 1e-3
   rel = np.linalg.norm(grad - fd) / np.linalg.norm(fd)
   assert rel < TOL, f"relative error {rel:.2e}"
+
+
+def test_more_parameter_fields(cartpole):
+  """Inertia, center of mass, stiffness, armature and actuator gain, each against MuJoCo C."""
+  rng = np.random.default_rng(3)
+  params = [diffsim.Param("body_inertia", "pole"), diffsim.Param("body_ipos", "pole", components=[2]),
+            diffsim.Param("jnt_stiffness", "hinge"), diffsim.Param("dof_armature", "slider"),
+            diffsim.Param("actuator_gainprm", "push")]
+  for p in params:
+    p.bind(cartpole)
+  params[2].assign([0.5])  # a spring on the hinge (0 in the MJCF)
+  params[3].assign([0.05])
+  res = check_gradients(cartpole, 0.5 * rng.standard_normal((60, 1)), qpos0=[0.1, 0.3], params=params,
+                        wrt=("params",))
+  _assert_close(res)
