@@ -1,0 +1,222 @@
+"""Trajectory optimization: each solver reaches the state it is asked for; bad input fails before any kernel.
+
+The SO-101 reach at reduced size (>= 95% of worlds within 1 cm) is tutorials/03_so101_reach.py --test,
+run by tests/test_tutorials_trajopt.py.
+"""
+
+import numpy as np
+import pytest
+import warp as wp
+
+import diffsim
+from diffsim.losses import CtrlCost, CtrlRateCost, KernelCost, QposCost, QvelCost, SensorCost, SiteCost
+
+# ------------------------------------------------------------------------------------------------
+# bad input: a clear error before any kernel is launched
+
+
+@pytest.fixture
+def launches(monkeypatch):
+  """Records every `wp.launch` made while the test runs."""
+  calls = []
+  real = wp.launch
+
+  def launch(kernel, *args, **kwargs):
+    calls.append(getattr(kernel, "key", kernel))
+    return real(kernel, *args, **kwargs)
+
+  monkeypatch.setattr(wp, "launch", launch)
+  return calls
+
+
+@pytest.mark.parametrize("cost, kwargs, error, message", [
+  ([QposCost(0.0, joints=["elbow"])], {}, KeyError, "no joint named 'elbow'.*'slider', 'hinge'"),
+  ([SensorCost("tip_acc", 0.0)], {}, KeyError, "no sensor named 'tip_acc'.*'angle', 'tip_pos', 'tip_vel'"),
+  ([SiteCost("hand", [0.0, 0.0, 1.0])], {}, KeyError, "no site named 'hand'.*'tip'"),
+  ([CtrlCost(1.0, actuators=["pull"])], {}, KeyError, "no actuator named 'pull'.*'push'"),
+  ([QposCost(np.zeros(3))], {}, ValueError, r"QposCost: target must have shape .*\(2,\).* got \(3,\)"),
+  ([QvelCost(0.0, terminal=[1.0, 2.0, 3.0])], {}, ValueError, r"terminal weight must be a scalar or have shape \(2,\)"),
+  ([CtrlCost(-1.0)], {}, ValueError, "weights must be finite and non-negative"),
+  ([], {}, ValueError, "the cost has no terms"),
+  ([QposCost(0.0)], {"horizon": 0}, ValueError, "horizon must be a positive number of steps, got 0"),
+  ([QposCost(0.0)], {"ctrl_init": np.zeros((2, 10, 3))}, ValueError,
+   r"ctrl_init must have shape \(nworld=2, horizon=10, nu=1\).* got \(2, 10, 3\)"),
+  ([QposCost(0.0)], {"ctrl_lo": 0.5, "ctrl_hi": -0.5}, ValueError, "ctrl_lo > ctrl_hi .*world 0, step 0"),
+  ([QposCost(0.0)], {"qpos0": np.zeros(3)}, ValueError, r"qpos0 must have shape \(nworld=2, 2\) or \(2,\)"),
+])
+def test_bad_problem_raises_before_any_kernel(cartpole, launches, cost, kwargs, error, message):
+  kwargs = {"horizon": 10, **kwargs}
+  with pytest.raises(error, match=message):
+    diffsim.TrajectoryProblem(cartpole, cost, **kwargs)
+  assert launches == []
+
+
+def test_site_without_position_sensor(so101, launches):
+  with pytest.raises(ValueError, match="site 'baseframe' has no framepos sensor.*add_site_sensors"):
+    diffsim.TrajectoryProblem(so101, [SiteCost("baseframe", [0.1, 0.0, 0.2], terminal=1.0)], horizon=5)
+  assert launches == []
+
+
+def test_bad_solver_arguments_raise_before_any_kernel(cartpole, monkeypatch):
+  problem = diffsim.TrajectoryProblem(cartpole, [QposCost(0.0)], horizon=10)
+  calls = []
+  monkeypatch.setattr(wp, "launch", lambda *a, **k: calls.append(a))
+  with pytest.raises(ValueError, match="unknown method 'newton'; choose one of"):
+    diffsim.optimize_trajectory(problem, "newton")
+  with pytest.raises(ValueError, match=r"unknown options \['learning_rate'\] for method 'adam'; valid: .*'lr'"):
+    diffsim.optimize_trajectory(problem, "adam", options={"learning_rate": 0.1})
+  with pytest.raises(ValueError, match="maxiter must be a positive integer"):
+    diffsim.optimize_trajectory(problem, "ilqr", maxiter=0)
+  with pytest.raises(ValueError, match=r"warm_start must have shape \(nworld, horizon, nu\) = \(2, 10, 1\)"):
+    diffsim.optimize_trajectory(problem, "ilqr", warm_start=np.zeros((2, 9, 1)))
+  assert calls == []
+
+
+# ------------------------------------------------------------------------------------------------
+# costs
+
+
+def test_builtin_costs_match_their_definition(cartpole):
+  """Each term is dt * sum_k 1/2 running r_k^2 + 1/2 terminal r_N^2, with per-world, per-step targets."""
+  rng = np.random.default_rng(0)
+  n, T, dt = cartpole.nworld, 20, cartpole.dt
+  qpos_target = rng.normal(size=(n, 2))
+  qvel_target = rng.normal(size=(n, T + 1, 2))
+  tip_target = np.array([0.3, 0.0, -0.5])
+  cost = [QposCost(qpos_target, running=[1.0, 2.0], terminal=[3.0, 4.0]),
+          QvelCost(qvel_target, joints=["hinge", "slider"], running=0.5, terminal=0.0),
+          SensorCost("tip_pos", tip_target, running=0.0, terminal=[5.0, 0.0, 6.0]),
+          CtrlCost(0.7, target=0.1),
+          CtrlRateCost(0.2)]
+  problem = diffsim.TrajectoryProblem(cartpole, cost, horizon=T, qvel0=[0.0, 1.0])
+  u = rng.uniform(-1.0, 1.0, (n, T, 1))
+  got, traj = problem.evaluate(u)
+  q, v, s = traj.qpos.numpy(), traj.qvel.numpy(), traj.sensordata.numpy()
+  r = q - qpos_target[:, None]
+  expect = dt * 0.5 * (r[:, :T] ** 2 * [1.0, 2.0]).sum((1, 2)) + 0.5 * (r[:, T] ** 2 * [3.0, 4.0]).sum(1)
+  r = v[:, :, ::-1] - qvel_target  # joints given as hinge, slider
+  expect += dt * 0.5 * 0.5 * (r[:, :T] ** 2).sum((1, 2))
+  r = s[:, T, 1:4] - tip_target
+  expect += 0.5 * (r ** 2 * [5.0, 0.0, 6.0]).sum(1)
+  uc = u.astype(np.float32)
+  expect += dt * 0.5 * 0.7 * ((uc - 0.1) ** 2).sum((1, 2))
+  expect += 0.5 * 0.2 / dt * (np.diff(uc, axis=1) ** 2).sum((1, 2))
+  np.testing.assert_allclose(got, expect, rtol=2e-5)
+
+
+@wp.kernel
+def _hinge_terminal(qpos: wp.array3d[float], weight: float, out: wp.array[float]):
+  w = wp.tid()
+  r = qpos[w, qpos.shape[1] - 1, 1] - wp.pi
+  out[w] = 0.5 * weight * r * r
+
+
+def _cost_and_grad(problem, u):
+  ctrl = wp.array(u.astype(np.float32), dtype=float, requires_grad=True, device=problem.scene.device)
+  cost = wp.zeros(problem.nworld, dtype=float, requires_grad=True, device=problem.scene.device)
+  tape = wp.Tape()
+  with tape:
+    traj = problem.rollout(ctrl, qpos0=problem.qpos0, qvel0=problem.qvel0)
+    problem.cost.evaluate(traj, cost)
+  tape.backward(grads={cost: wp.ones(problem.nworld, dtype=float, device=problem.scene.device)})
+  return cost.numpy(), ctrl.grad.numpy()
+
+
+def test_kernel_cost_equals_builtin_term_and_its_gradient(cartpole):
+  """A user Warp kernel on the trajectory is differentiated through the rollout like a built-in term."""
+  T = 30
+  user = KernelCost(lambda traj, out: wp.launch(_hinge_terminal, dim=traj.nworld, inputs=[traj.qpos, 40.0],
+                                                outputs=[out], device=out.device))
+  builtin = QposCost(np.pi, joints="hinge", running=0.0, terminal=40.0)
+  u = np.random.default_rng(1).uniform(-1.0, 1.0, (2, T, 1))
+  c1, g1 = _cost_and_grad(diffsim.TrajectoryProblem(cartpole, [user, CtrlCost(0.3)], horizon=T), u)
+  c2, g2 = _cost_and_grad(diffsim.TrajectoryProblem(cartpole, [builtin, CtrlCost(0.3)], horizon=T), u)
+  np.testing.assert_allclose(c1, c2, rtol=1e-6)
+  np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-7)
+  assert np.abs(g1).max() > 1e-3  # the gradient is not trivially zero
+
+
+# ------------------------------------------------------------------------------------------------
+# the bar: cart-pole swing-up from hanging, every solver, asserting the final state
+
+
+@pytest.fixture(scope="module")
+def swingup(cartpole):
+  """Two worlds hanging (one still, one 0.1 rad off) that must be upright and still after 2 s."""
+  cost = [QposCost([0.0, np.pi], running=0.0, terminal=[1.0, 100.0]),
+          QvelCost(0.0, running=0.0, terminal=[1.0, 10.0]),
+          CtrlCost(0.1)]
+  return diffsim.TrajectoryProblem(cartpole, cost, horizon=200, qpos0=[[0.0, 0.0], [0.0, 0.1]])
+
+
+@pytest.mark.parametrize("method, maxiter, options", [
+  ("ilqr", 30, {}),  # "a few dozen iterations"
+  ("lbfgs", 60, {}),
+  ("adam", 100, {"lr": 0.15}),
+])
+def test_cartpole_swings_up(swingup, method, maxiter, options):
+  res = diffsim.optimize_trajectory(swingup, method, maxiter=maxiter, options=options, quiet=True)
+  qpos = res.trajectory.qpos.numpy()[:, -1]
+  qvel = res.trajectory.qvel.numpy()[:, -1]
+  # the pole is upright and nearly still in every world
+  np.testing.assert_array_less(np.abs(qpos[:, 1] - np.pi), 0.1)
+  np.testing.assert_array_less(np.abs(qvel[:, 1]), 0.5)
+  # the controls respect the motor's range, and the result is what its controls do
+  assert res.x.shape == (2, 200, 1) and np.abs(res.x).max() <= 1.0
+  cost, traj = swingup.evaluate(res.x)
+  np.testing.assert_allclose(traj.qpos.numpy()[:, -1], qpos, atol=1e-5)
+  np.testing.assert_allclose(cost, res.fun, rtol=1e-5)
+  assert res.nit <= maxiter and res.history.shape == (res.nit + 1, 2)
+  np.testing.assert_allclose(res.history[0], swingup.evaluate()[0], rtol=1e-5)  # row 0: the guess (no push)
+  assert np.all(res.fun < 1e-2 * res.history[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# receding horizon and the inner loop
+
+
+@pytest.fixture(scope="module")
+def short(cartpole):
+  return diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0), CtrlRateCost(1e-3)],
+                                   horizon=20, qvel0=[[0.0, 0.0], [0.0, 1.0]])
+
+
+def test_warm_start_shifts_the_previous_solution(short):
+  first = diffsim.optimize_trajectory(short, "ilqr", maxiter=3, quiet=True)
+  shifted = np.concatenate([first.x[:, 1:], first.x[:, -1:]], axis=1)  # the last control is held
+  again = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first, quiet=True)
+  np.testing.assert_allclose(again.history[0], short.evaluate(shifted)[0], rtol=1e-6)
+  same = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first.x, shift=0, quiet=True)
+  np.testing.assert_allclose(same.history[0], first.fun, rtol=1e-6)
+  # a receding-horizon step: new initial state, previous solution shifted; cost starts low
+  short.reset(qpos0=first.trajectory.qpos.numpy()[:, 1], qvel0=first.trajectory.qvel.numpy()[:, 1])
+  mpc = diffsim.optimize_trajectory(short, "ilqr", maxiter=2, warm_start=first, quiet=True)
+  short.reset(qpos0=short.scene.mjm.qpos0, qvel0=[[0.0, 0.0], [0.0, 1.0]])
+  assert np.all(mpc.history[0] < first.history[0])
+
+
+# graph replays per iteration: iLQR linearizes, rolls out one candidate per line-search step (6), accepts
+@pytest.mark.parametrize("method, stages", [("ilqr", 8), ("adam", 1)])
+def test_iterations_are_graph_replays_without_host_copies(short, monkeypatch, method, stages):
+  diffsim.optimize_trajectory(short, method, maxiter=12, quiet=True)  # captures the graphs
+  counts = {}
+  for maxiter in (4, 12):
+    calls = {"launch": 0, "numpy": 0, "graph": 0}
+    real_launch, real_numpy, real_graph = wp.launch, wp.array.numpy, wp.capture_launch
+    monkeypatch.setattr(wp, "launch", lambda *a, **k: calls.__setitem__("launch", calls["launch"] + 1) or
+                        real_launch(*a, **k))
+    monkeypatch.setattr(wp.array, "numpy", lambda self: calls.__setitem__("numpy", calls["numpy"] + 1) or
+                        real_numpy(self))
+    monkeypatch.setattr(wp, "capture_launch", lambda *a, **k: calls.__setitem__("graph", calls["graph"] + 1) or
+                        real_graph(*a, **k))
+    res = diffsim.optimize_trajectory(short, method, maxiter=maxiter, log_every=maxiter, ftol=0.0, quiet=True)
+    monkeypatch.undo()
+    assert res.nit == maxiter
+    counts[maxiter] = calls
+  # no Python launches at all once captured: every iteration is `stages` graph replays ...
+  assert counts[4]["launch"] == counts[12]["launch"] == 0
+  extra = 1 if method == "adam" else 0  # Adam evaluates once more than it steps
+  assert counts[12]["graph"] - counts[4]["graph"] == 8 * stages
+  assert counts[4]["graph"] == (4 + extra) * stages
+  # ... and host reads do not grow with the iterations (one check per log_every, then the result)
+  assert counts[4]["numpy"] == counts[12]["numpy"] <= 8

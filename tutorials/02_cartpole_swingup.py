@@ -1,0 +1,105 @@
+"""Tutorial 2: swing a cart-pole up from hanging with iLQR, Adam and L-BFGS on the same problem.
+
+The pole hangs at angle 0 and must be upright (angle pi) and still at the end of the horizon; the
+motor pushes the cart with at most 10 N (ctrl in [-1, 1]), so the controller must pump energy in
+several swings. Each world starts from a slightly different hanging state. The three solvers start
+from the same guess (no push) and read their gradients from the same differentiable rollout; iLQR
+also uses the rollout's step Jacobians as its dynamics model.
+
+  python tutorials/02_cartpole_swingup.py            # writes out/02_cartpole_swingup/
+  python tutorials/02_cartpole_swingup.py --test     # short horizon, few iterations (for the test suite)
+
+tests/test_trajopt.py checks the full swing-up (the final state) for every solver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import diffsim
+from diffsim.losses import CtrlCost, QposCost, QvelCost
+
+# iterations each solver needs here (a few dozen for iLQR, hundreds for the first-order ones)
+ITERS = {"ilqr": 40, "lbfgs": 150, "adam": 300}
+OPTIONS = {"ilqr": {}, "lbfgs": {}, "adam": {"lr": 0.15}}
+
+
+def swingup_problem(*, nworld: int, horizon: float, device=None) -> diffsim.TrajectoryProblem:
+  """The swing-up: cart-pole worlds hanging with small initial angles, `horizon` s to get upright."""
+  scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=nworld, device=device)
+  qpos0 = np.zeros((nworld, 2))
+  qpos0[:, 1] = np.linspace(0.0, 0.1, nworld)  # rad; world 0 hangs exactly still
+  cost = [
+    QposCost([0.0, np.pi], running=0.0, terminal=[1.0, 100.0]),  # cart home, pole upright
+    QvelCost(0.0, running=0.0, terminal=[1.0, 10.0]),  # and at rest
+    CtrlCost(0.1),  # effort, per second
+  ]
+  return diffsim.TrajectoryProblem(scene, cost, horizon=round(horizon / scene.dt), qpos0=qpos0)
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--device", default=None, help="Warp device (default: cuda:0 if available, else cpu)")
+  parser.add_argument("--iters", type=int, default=None, help=f"iterations of every solver (default: {ITERS})")
+  parser.add_argument("--out", default="out", help="output folder (default out/)")
+  parser.add_argument("--test", action="store_true", help="short horizon, few iterations; checks each solver ran")
+  parser.add_argument("--nworld", type=int, default=4)
+  parser.add_argument("--horizon", type=float, default=2.0, help="s")
+  args = parser.parse_args(argv)
+  iters = {m: args.iters or n for m, n in ITERS.items()}
+  if args.test:
+    args.nworld, args.horizon = 2, 0.3
+    iters = {m: 3 for m in ITERS}
+
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import warp as wp
+
+  wp.config.log_level = wp.LOG_WARNING  # no kernel-loading logs between the results
+  problem = swingup_problem(nworld=args.nworld, horizon=args.horizon, device=args.device)
+  results = {}
+  for method in ("ilqr", "lbfgs", "adam"):
+    results[method] = diffsim.optimize_trajectory(problem, method, maxiter=iters[method], quiet=args.test,
+                                                  options=OPTIONS[method])
+
+  out = os.path.join(args.out, "02_cartpole_swingup")
+  os.makedirs(out, exist_ok=True)
+  fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+  summary = []
+  for method, res in results.items():
+    ax0.semilogy(np.median(res.history, axis=1), label=f"{method} ({res.time:.1f} s)")
+    traj = res.trajectory.numpy()
+    t = res.trajectory.time
+    for w in range(problem.nworld):
+      ax1.plot(t, traj["qpos"][w, :, 1], color=ax0.lines[-1].get_color(), lw=1, label=method if w == 0 else None)
+    err = np.abs(traj["qpos"][:, -1, 1] - np.pi)
+    summary.append(f"{method} {res.nit} it {res.time:.1f} s |angle - pi| max {err.max():.3f} rad "
+                   f"|angvel| max {np.abs(traj['qvel'][:, -1, 1]).max():.3f} rad/s")
+  ax0.set(xlabel="iteration", ylabel="median cost over worlds", title="cost")
+  ax0.legend()
+  ax1.axhline(np.pi, color="k", ls=":", lw=1)
+  ax1.set(xlabel="time (s)", ylabel="pole angle (rad)", title="optimized motions (pi: upright)")
+  ax1.legend()
+  fig.tight_layout()
+  path = os.path.join(out, "swingup.png")
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  print(f"02_cartpole_swingup: {problem.nworld} worlds, {problem.horizon} steps; " + "; ".join(summary)
+        + f" (wrote {path})")
+  if args.test:
+    # a smoke test of the script: every solver ran and lowered every world's cost
+    ok = all(res.history.shape == (res.nit + 1, problem.nworld) and np.all(res.fun < res.history[0])
+             for res in results.values())
+    print("test", "passed" if ok else "FAILED")
+    return 0 if ok else 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
