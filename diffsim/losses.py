@@ -100,6 +100,8 @@ class _StateTerm(CostTerm):
     run = _weights(name, self.running, n, "running") * scene.dt
     term = _weights(name, self.terminal, n, "terminal")
     target = _target(name, self.target, n, scene.nworld, nstep + 1)
+    if not (run.any() or term.any()):
+      raise ValueError(f"{name}: every weight is zero; give running= and/or terminal= weights")
     return [_Channels(kind, idx, col, run, term, target)]
 
 
@@ -126,11 +128,11 @@ class QposCost(_StateTerm):
     target: rad or m; shape `()`, `(n,)`, `(nworld, n)` or `(nworld, nstep + 1, n)` for the `n`
       selected joints (a per-world, per-step reference).
     joints: joint names or ids; default: every hinge and slide joint, in model order.
-    running: running weight (scalar or `(n,)`), per second.
-    terminal: weight on the final state (scalar or `(n,)`).
+    running: running weight (scalar or `(n,)`), per second; default 0.
+    terminal: weight on the final state (scalar or `(n,)`); default 0. Give at least one.
   """
 
-  def __init__(self, target, *, joints=None, running=1.0, terminal=0.0):
+  def __init__(self, target, *, joints=None, running=0.0, terminal=0.0):
     super().__init__(target, running, terminal)
     self.joints = joints
 
@@ -156,11 +158,11 @@ class QvelCost(_StateTerm):
     target: rad/s or m/s; shape `()`, `(n,)`, `(nworld, n)` or `(nworld, nstep + 1, n)` for the `n`
       dofs of the selected joints (a free joint has 6, a ball joint 3).
     joints: joint names or ids; default: all joints.
-    running: running weight (scalar or `(n,)`), per second.
-    terminal: weight on the final state (scalar or `(n,)`).
+    running: running weight (scalar or `(n,)`), per second; default 0.
+    terminal: weight on the final state (scalar or `(n,)`); default 0. Give at least one.
   """
 
-  def __init__(self, target=0.0, *, joints=None, running=1.0, terminal=0.0):
+  def __init__(self, target=0.0, *, joints=None, running=0.0, terminal=0.0):
     super().__init__(target, running, terminal)
     self.joints = joints
 
@@ -181,11 +183,11 @@ class SensorCost(_StateTerm):
   Args:
     sensor: sensor name (or id).
     target: sensor units; shape `()`, `(dim,)`, `(nworld, dim)` or `(nworld, nstep + 1, dim)`.
-    running: running weight (scalar or `(dim,)`), per second.
-    terminal: weight on the final row (scalar or `(dim,)`).
+    running: running weight (scalar or `(dim,)`), per second; default 0.
+    terminal: weight on the final row (scalar or `(dim,)`); default 0. Give at least one.
   """
 
-  def __init__(self, sensor, target, *, running=1.0, terminal=0.0):
+  def __init__(self, sensor, target, *, running=0.0, terminal=0.0):
     super().__init__(target, running, terminal)
     self.sensor = sensor
 
@@ -213,11 +215,11 @@ class SiteCost(SensorCost):
   Args:
     site: site name.
     target: m; shape `()`, `(3,)`, `(nworld, 3)` or `(nworld, nstep + 1, 3)`.
-    running: running weight (scalar or `(3,)`), per second.
-    terminal: weight on the final position (scalar or `(3,)`).
+    running: running weight (scalar or `(3,)`), per second; default 0.
+    terminal: weight on the final position (scalar or `(3,)`); default 0. Give at least one.
   """
 
-  def __init__(self, site: str, target, *, running=1.0, terminal=0.0):
+  def __init__(self, site: str, target, *, running=0.0, terminal=0.0):
     super().__init__(None, target, running=running, terminal=terminal)
     self.site = site
 

@@ -339,6 +339,9 @@ class Rollout:
                                    eps=eps)
     self.check = check
     self._buf = _Buffers(scene, self.nstep, self.fd)
+    # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
+    # use: put_data inside a graph capture would be recorded instead of run
+    self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
 
   @property
   def params(self) -> list[Param]:
@@ -383,7 +386,7 @@ class Rollout:
     # MJWarp kernels have no adjoints: keep every launch below off the tape
     wp._src.context.runtime.tape = None
     try:
-      stepper = fd if differentiate or not fd.differentiable else _forward_step(self)
+      stepper = fd if differentiate else self._fwd
       self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
       stepper.begin()
       if differentiate:
@@ -429,9 +432,7 @@ class Rollout:
 
 
 def _forward_step(ro: Rollout) -> FiniteDifferenceStep:
-  """A one-lane stepper for forward-only calls of a differentiable Rollout."""
-  if not hasattr(ro, "_fwd"):
-    ro._fwd = FiniteDifferenceStep(ro.scene, ro.layout.nparam, differentiable=False)
+  """The one-lane stepper for forward-only calls of a Rollout."""
   return ro._fwd
 
 

@@ -16,8 +16,8 @@ per world only every `log_every` iterations, to update the progress bar and test
 
 Example:
   scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=4)
-  cost = [QposCost([0.0, np.pi], terminal=100.0, running=0.0), QvelCost(0.0, terminal=10.0), CtrlCost(0.01)]
-  problem = diffsim.TrajectoryProblem(scene, cost, horizon=250)
+  cost = [QposCost([0.0, np.pi], terminal=[1.0, 100.0]), QvelCost(0.0, terminal=[1.0, 10.0]), CtrlCost(0.1)]
+  problem = diffsim.TrajectoryProblem(scene, cost, horizon=200)  # swing up from hanging in 2 s
   result = diffsim.optimize_trajectory(problem, method="ilqr")
   result.x  # (nworld, horizon, nu) optimized controls
 """
@@ -190,6 +190,7 @@ class TrajectoryProblem:
       self.ctrl.assign(g.astype(np.float32))
     else:
       wp.copy(self.ctrl, self.ctrl_init)
+    self._refresh_constants()
     if self._eval_stage is None:
       self._eval_cost = wp.zeros(self.nworld, dtype=float, device=self.scene.device)
 
@@ -210,6 +211,11 @@ class TrajectoryProblem:
 
   def _run(self, ctrl, **kw) -> Trajectory:
     return self.rollout(ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, **kw)
+
+  def _refresh_constants(self) -> None:
+    """Constants derived from inertial parameters (`set_const`), which graphs do not recompute."""
+    if self.rollout.layout.inertial:
+      self.rollout.update_constants()
 
   def __repr__(self) -> str:
     return (f"TrajectoryProblem(nworld={self.nworld}, horizon={self.horizon}, nu={self.scene.nu}, "
@@ -888,7 +894,9 @@ def _capture(device, stages: list) -> tuple[list | None, bool]:
   try:
     graphs = []
     for fn, reps in stages:
-      with wp.ScopedCapture(device=device) as cap:
+      with wp.ScopedCapture(device=device) as cap, warnings.catch_warnings():
+        # the callers refresh inertial parameters' derived constants before replaying
+        warnings.filterwarnings("ignore", message="inertial parameters in a captured graph")
         fn()
       graphs.append((cap.graph, reps))
   except Exception as e:  # a device or driver without graph support: stay eager
@@ -987,6 +995,7 @@ class _Solver:
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
+    self.p._refresh_constants()
     self._start(ctrl0)
     n = self.p.nworld
     self._snapshots = []  # (iteration, best cost per world) at each check
@@ -1210,6 +1219,7 @@ class _LBFGS(_Solver):
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
+    self.p._refresh_constants()
     self._start(ctrl0)
     p = self.p
     shape, m = p.ctrl.shape, p.ctrl.size

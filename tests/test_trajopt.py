@@ -37,11 +37,13 @@ def launches(monkeypatch):
   ([QposCost(np.zeros(3))], {}, ValueError, r"QposCost: target must have shape .*\(2,\).* got \(3,\)"),
   ([QvelCost(0.0, terminal=[1.0, 2.0, 3.0])], {}, ValueError, r"terminal weight must be a scalar or have shape \(2,\)"),
   ([CtrlCost(-1.0)], {}, ValueError, "weights must be finite and non-negative"),
+  ([QvelCost(0.0)], {}, ValueError, "QvelCost: every weight is zero; give running= and/or terminal= weights"),
   ([], {}, ValueError, "the cost has no terms"),
   ([QposCost(0.0)], {"horizon": 0}, ValueError, "horizon must be a positive number of steps, got 0"),
   ([QposCost(0.0)], {"ctrl_init": np.zeros((2, 10, 3))}, ValueError,
    r"ctrl_init must have shape \(nworld=2, horizon=10, nu=1\).* got \(2, 10, 3\)"),
   ([QposCost(0.0)], {"ctrl_lo": 0.5, "ctrl_hi": -0.5}, ValueError, "ctrl_lo > ctrl_hi .*world 0, step 0"),
+  ([QposCost(0.0)], {"ctrl_lo": 1.5, "ctrl_hi": 2.0}, ValueError, "ctrl_lo > ctrl_hi after intersecting them with"),
   ([QposCost(0.0)], {"qpos0": np.zeros(3)}, ValueError, r"qpos0 must have shape \(nworld=2, 2\) or \(2,\)"),
 ])
 def test_bad_problem_raises_before_any_kernel(cartpole, launches, cost, kwargs, error, message):
@@ -58,7 +60,7 @@ def test_site_without_position_sensor(so101, launches):
 
 
 def test_bad_solver_arguments_raise_before_any_kernel(cartpole, monkeypatch):
-  problem = diffsim.TrajectoryProblem(cartpole, [QposCost(0.0)], horizon=10)
+  problem = diffsim.TrajectoryProblem(cartpole, [QposCost(0.0, running=1.0)], horizon=10)
   calls = []
   monkeypatch.setattr(wp, "launch", lambda *a, **k: calls.append(a))
   with pytest.raises(ValueError, match="unknown method 'newton'; choose one of"):
@@ -169,6 +171,20 @@ def test_cartpole_swings_up(swingup, method, maxiter, options):
   assert res.nit <= maxiter and res.history.shape == (res.nit + 1, 2)
   np.testing.assert_allclose(res.history[0], swingup.evaluate()[0], rtol=1e-5)  # row 0: the guess (no push)
   assert np.all(res.fun < 1e-2 * res.history[0])
+
+
+def test_worlds_with_their_own_parameters(cartpole):
+  """iLQR's closed-loop line search steps each world with its own model parameters."""
+  pole = diffsim.Param("body_mass", "pole")
+  cost = [QposCost(0.1, joints="slider", running=0.0, terminal=100.0), QvelCost(0.0, running=0.0, terminal=10.0),
+          CtrlCost(0.1)]  # move the cart 10 cm and stop
+  problem = diffsim.TrajectoryProblem(cartpole, cost, horizon=50, params=[pole])
+  pole.assign([[0.1], [1.0]])
+  res = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, quiet=True)
+  cost, traj = problem.evaluate(res.x)
+  np.testing.assert_allclose(res.fun, cost, rtol=1e-5)
+  np.testing.assert_allclose(res.trajectory.qpos.numpy(), traj.qpos.numpy(), atol=1e-6)
+  assert np.abs(res.x[0] - res.x[1]).max() > 0.05  # a light and a heavy pole need different pushes
 
 
 # ------------------------------------------------------------------------------------------------
