@@ -7,27 +7,9 @@ import pytest
 import diffsim
 from diffsim import data as D
 
-# A pendulum with a motor, a joint-angle sensor and a tip-position sensor (3 values).
-PENDULUM = """
-<mujoco model="pendulum">
-  <option timestep="0.01"/>
-  <worldbody>
-    <body name="pole">
-      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.05"/>
-      <inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>
-      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="0"/>
-      <site name="tip" pos="0 0 -0.5"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <motor name="torque" joint="hinge"/>
-  </actuator>
-  <sensor>
-    <jointpos name="angle" joint="hinge"/>
-    <framepos name="tip_pos" objtype="site" objname="tip"/>
-  </sensor>
-</mujoco>
-"""
+import models  # tests/models.py
+
+PENDULUM = models.PENDULUM  # a pendulum with a motor, joint-angle and tip-position sensors (3 values)
 
 
 @pytest.fixture(scope="module")

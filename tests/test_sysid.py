@@ -16,26 +16,7 @@ import models  # tests/models.py (shared with the core tests, so their compiled 
 
 # The initial guess: a pendulum whose inertia is given explicitly, so body_mass changes the mass
 # (gravity torque m g d, inertia m d^2) and nothing else, as MJWarp's body_mass parameter does.
-GUESS = """
-<mujoco model="pendulum">
-  <option timestep="0.01"/>
-  <worldbody>
-    <body name="pole">
-      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.05"/>
-      <inertial pos="0 0 -0.4" mass="0.5" diaginertia="0.004 0.004 0.0005"/>
-      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.5" size="0.02" mass="0"/>
-      <site name="tip" pos="0 0 -0.5"/>
-    </body>
-  </worldbody>
-  <actuator>
-    <motor name="torque" joint="hinge"/>
-  </actuator>
-  <sensor>
-    <jointpos name="angle" joint="hinge"/>
-    <framepos name="tip_pos" objtype="site" objname="tip"/>
-  </sensor>
-</mujoco>
-"""
+GUESS = models.PENDULUM
 TRUE = {"body_mass:pole": 0.6, "dof_damping:hinge": 0.08}
 TRUTH = GUESS.replace('mass="0.5"', 'mass="0.6"').replace('damping="0.05"', 'damping="0.08"')
 PARAMS = list(TRUE)
