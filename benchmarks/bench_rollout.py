@@ -8,6 +8,8 @@ For each model and world count it measures, in one process:
     finite-difference adjoint comes to its own lower bound of one MJWarp step per lane);
   - `mujoco.rollout` (MuJoCo C, float64) with all CPU threads on the same model and controls;
   - the one-time kernel compilation (first call), reported apart.
+Models: cart-pole, the SO-101 arm, and MJWarp's test humanoid (contact-rich). Gradients that would
+need more than `--grad-max-worlds` MJWarp worlds (default 40,000 on CPU) are skipped.
 
 Run: `python -m benchmarks.bench_rollout [--device cpu] [--sizes 1 64 1024] [--nstep 50]`.
 Prints a Markdown table and writes `benchmarks/results/rollout_<device>.json`.
@@ -27,9 +29,17 @@ import warp as wp
 
 import diffsim
 
+def _humanoid() -> str:
+  """MJWarp's test humanoid: 27 dofs, 21 motors, contact-rich (feet and body on the floor)."""
+  import mujoco_warp
+
+  return os.path.join(os.path.dirname(mujoco_warp.__file__), "test_data", "humanoid", "humanoid.xml")
+
+
 MODELS = {
   "cartpole": lambda: diffsim.asset_path("cartpole.xml"),
   "so101": lambda: diffsim.asset_path("so101", "so101_new_calib.xml"),
+  "humanoid": _humanoid,
 }
 
 
@@ -50,7 +60,10 @@ def _final_qpos_loss(qpos: wp.array3d[float], nstep: int, loss: wp.array[float])
   wp.atomic_add(loss, 0, qpos[w, nstep, i] * qpos[w, nstep, i])
 
 
-def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int) -> dict:
+def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
+               grad_max_worlds: int | None = None) -> dict:
+  """One row. The gradient is skipped (None) where its `nlane * nworld` MJWarp worlds exceed
+  `grad_max_worlds` (memory and time on small machines)."""
   import mujoco.rollout
   import mujoco_warp as mjw
 
@@ -76,7 +89,10 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int) -
       mjw.step(scene.model, data)
   raw = _time(lambda: wp.capture_launch(raw_cap.graph), repeats)
 
-  grad_ro = diffsim.Rollout(scene, nstep)
+  nlane = 1 + 2 * (scene.nx + scene.nu)  # central differences over the state and the controls
+  grad_ro = None
+  if grad_max_worlds is None or nlane * nworld <= grad_max_worlds:
+    grad_ro = diffsim.Rollout(scene, nstep)  # allocates the nlane * nworld MJWarp worlds
   loss = wp.zeros(1, dtype=float, device=scene.device, requires_grad=True)
 
   def gradient():
@@ -89,13 +105,15 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int) -
                 device=scene.device)
     tape.backward(loss)
 
-  t1 = time.perf_counter()
-  gradient()
-  wp.synchronize()
-  compile_s += time.perf_counter() - t1
-  with wp.ScopedCapture(device=scene.device) as grad_cap:
+  grad = None
+  if grad_ro is not None:
+    t1 = time.perf_counter()
     gradient()
-  grad = _time(lambda: wp.capture_launch(grad_cap.graph), repeats)
+    wp.synchronize()
+    compile_s += time.perf_counter() - t1
+    with wp.ScopedCapture(device=scene.device) as grad_cap:
+      gradient()
+    grad = _time(lambda: wp.capture_launch(grad_cap.graph), repeats)
 
   # MuJoCo C, float64, all threads
   mjm = scene.mjm
@@ -110,11 +128,11 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int) -
 
   ws = nworld * nstep
   return {
-    "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": grad_ro.fd.nlane,
+    "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": nlane,
     "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
     "mujoco_rollout_wsps": ws / c_time, "mujoco_rollout_nthread": nthread,
-    "grad_s": grad, "fwd_s": captured, "grad_over_fwd": grad / captured,
-    "grad_over_fwd_per_lane": grad / captured / grad_ro.fd.nlane,
+    "grad_s": grad, "fwd_s": captured, "grad_over_fwd": None if grad is None else grad / captured,
+    "grad_over_fwd_per_lane": None if grad is None else grad / captured / nlane,
     "diffsim_overhead": raw / captured, "compile_s": compile_s,
   }
 
@@ -135,6 +153,10 @@ def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats:
   return out
 
 
+def _fmt(x, spec: str) -> str:
+  return "skipped" if x is None else format(x, spec)
+
+
 def table(rows: list[dict]) -> str:
   head = ("| model | worlds | steps | fwd eager (ws/s) | fwd captured (ws/s) | raw mjw.step (ws/s) | mujoco.rollout "
           "(ws/s) | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | lanes | compile (s) |")
@@ -143,8 +165,8 @@ def table(rows: list[dict]) -> str:
     lines.append(
       f"| {r['model']} | {r['nworld']} | {r['nstep']} | {r['fwd_eager_wsps']:.3g} | {r['fwd_captured_wsps']:.3g} | "
       f"{r['mjw_step_captured_wsps']:.3g} | {r['mujoco_rollout_wsps']:.3g} | "
-      f"{r['fwd_captured_wsps'] / r['mujoco_rollout_wsps']:.2f} | {r['grad_over_fwd']:.1f} | "
-      f"{r['grad_over_fwd_per_lane']:.2f} | {r['nlane']} | {r['compile_s']:.1f} |")
+      f"{r['fwd_captured_wsps'] / r['mujoco_rollout_wsps']:.2f} | {_fmt(r['grad_over_fwd'], '.1f')} | "
+      f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {r['compile_s']:.1f} |")
   return "\n".join(lines)
 
 
@@ -164,13 +186,18 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--sizes", nargs="+", type=int, default=[1, 64, 1024], help="world counts")
   parser.add_argument("--nstep", type=int, default=50)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--grad-max-worlds", type=int, default=None,
+                      help="skip gradients needing more MJWarp worlds (lanes x worlds); default: 40,000 on CPU")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
   wp.config.log_level = wp.LOG_WARNING
   from tqdm import tqdm
 
+  cap = args.grad_max_worlds
+  if cap is None and wp.get_device(args.device).is_cpu:
+    cap = 40_000
   cases = [(m, n) for m in args.models for n in args.sizes]
-  rows = [bench_case(m, n, args.nstep, args.device, args.repeats) for m, n in tqdm(cases, desc="benchmarks")]
+  rows = [bench_case(m, n, args.nstep, args.device, args.repeats, cap) for m, n in tqdm(cases, desc="benchmarks")]
   print(table(rows))
   device = rows[0]["device"].replace(":", "") if rows else "none"
   write_json(os.path.join(args.out, f"rollout_{device}.json"), {"argv": sys.argv[1:], "rows": rows})

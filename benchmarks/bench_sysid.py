@@ -20,9 +20,9 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
   - diffsim: `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise (Levenberg-Marquardt
-    on MJWarp in float32; per-step central-difference Jacobians in `1 + 2 nz` lanes per world,
-    `nz = 2 nv + nu + nparam`, propagated forward to the residual Jacobian: one linearized rollout
-    per iteration).
+    on MJWarp in float32; per-step forward-difference Jacobians over the state and the parameters
+    in `1 + 2 nv + nparam` lanes per world (controls are data: no lanes), propagated forward to the
+    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs).
 
 Measured per case: wall time of each tool's whole call (median of up to `--repeats` runs, the two
 tools alternating so that load from other processes hits both alike; repeats stop once a tool has
@@ -39,30 +39,28 @@ Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--steps 30
 Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json`. `--quick`: 1 and 2
 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under a minute warm).
 
-Measured on a 2-core CPU shared with other jobs (`python -m benchmarks.bench_sysid --device cpu`,
-about 11 minutes; one run, so absolute times carry that machine's load):
+Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu`, 2.5 minutes, nothing
+else running; one run, so absolute times carry that machine's load):
 
   traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  compile  iterations  rollouts (worlds)  rel.err sysid/diffsim
-  1     300    10      0.325 s       31.6 s   0.0103         7.2 s    5 / 6       66x1 / 7 (51)      1.0e-14 / 4.5e-07
-  64    300    10      38.3 s        99.3 s   0.386          7.2 s    5 / 4       76x64 / 5 (3264)   3.6e-15 / 1.9e-07
+  1     300    10      0.243 s       0.66 s   0.37           3.6 s    5 / 4       66x1 / 5 (21)      1.0e-14 / 9.8e-07
+  64    300    10      17.2 s        29.3 s   0.59           3.6 s    5 / 4       76x64 / 5 (1344)   3.6e-15 / 3.3e-07
 
-On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64):
-  - 1 trajectory, ~100x slower: launch-bound. An MJWarp step is many small kernel launches that Warp
-    runs single-threaded on the CPU, ~8-9 ms per `mjw.step` whether 1 or 51 worlds; a linearized
-    rollout (51 lanes plus the finite-difference kernels) costs ~15 ms per step, so diffsim's 7
-    rollouts of 301 steps take ~32 s, while `mujoco.sysid`'s 66 rollouts of 300 MuJoCo C steps
-    (a few us each) take 0.3 s in all.
-  - 64 trajectories, 2.6x slower. From 1 to 64 trajectories `mujoco.sysid`'s time grows 118x and
-    diffsim's 3.1x: MJWarp's launches fill up (~49k world-steps/s at 3264 worlds against ~3.4k at
-    51), while `mujoco.sysid` pays per trajectory (its C rollouts, ~100k world-steps/s on both
-    threads here, are ~40% of its time; the rest is Python per trajectory and evaluation). But
-    diffsim's Jacobians simulate `1 + 2 nz` = 51 worlds per trajectory (`nz` counts the 10 state
-    coordinates and 5 controls as well as the 10 parameters) against `1 + nparam` = 11 for forward
-    differences: 4.9M world-steps in all (5 rollouts) against `mujoco.sysid`'s 1.5M (76 residual
-    evaluations of 64 rollouts), at half MuJoCo C's rate on this machine.
-  - Accuracy: both land on the truth; diffsim to float32 resolution (~1e-7 relative), `mujoco.sysid`
-    to float64's.
-The targets are meant for a GPU, where the 51 x 64 worlds of a step run in parallel; run this file
+On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64), but
+is within 3x of `mujoco.sysid` on one trajectory and 1.7x on 64:
+  - What made it 48x (1 trajectory) and 3.4x (64) faster than the first version (31.6 s and 99 s):
+    the linearized rollout is captured once and replayed (an MJWarp step launched from Python costs
+    ~8 ms of launch overhead on the CPU; replayed, ~0.1 ms), its step captured once and replayed
+    `nstep` times (capturing 301 steps cost 9 s); forward instead of central differences and no
+    control lanes (51 -> 21 lanes per trajectory).
+  - 1 trajectory: 5 replays of 301 steps x 21 worlds; the rest is capture (~0.05 s) and the host.
+  - 64 trajectories: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on
+    one thread (~70k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
+    on all threads). diffsim simulates 1 + 20 worlds per trajectory against `mujoco.sysid`'s
+    1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76).
+  - Accuracy: both land on the truth; diffsim to float32 resolution (~1e-7..1e-6 relative),
+    `mujoco.sysid` to float64's.
+The targets are meant for a GPU, where the 21 x 64 worlds of a step run in parallel; run this file
 with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
 """
 
@@ -326,8 +324,8 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     row[f"{tool}_fun"] = float(last["fun"])
     row[f"{tool}_message"] = str(last["message"])
     row[f"{tool}_theta"] = [float(v) for v in last["theta"]]
-  nz = 2 * prob.mjm.nv + prob.mjm.nu + prob.truth.size
-  row["diffsim_worlds"] = ntraj * (1 + 2 * nz)  # MJWarp worlds of a linearized rollout (central differences)
+  # MJWarp worlds of a linearized rollout: forward differences over the state and the parameters
+  row["diffsim_worlds"] = ntraj * (1 + 2 * prob.mjm.nv + prob.mjm.na + prob.truth.size)
   row["speedup"] = row["sysid_s"] / row["diffsim_s"]
   return row
 

@@ -4,10 +4,12 @@
 
 Sections (each skipped with a note when its optional dependency is missing):
   rollout      forward world-steps/s: diffsim (eager, captured) vs raw `mjw.step` vs `mujoco.rollout`;
-               gradient cost (forward+backward over forward, and per perturbation lane); compile time
+               gradient cost (forward+backward over forward, and per perturbation lane); compile time;
+               cart-pole, SO-101 and MJWarp's humanoid (contact-rich)
   determinism  captured forward and gradient time with `set_deterministic` off and on
   mjx          the same gradient with `jax.grad` through `mjx.step` (needs `diffsim[jax]`, mujoco-mjx)
-  trajopt      time to reach a cost threshold per solver (cart-pole swing-up, SO-101 reach)
+  trajopt      time to reach a cost threshold per solver (cart-pole swing-up, SO-101 reach); host
+               reads, writes, Python launches and graph replays per optimizer iteration
   sysid        diffsim vs `mujoco.sysid` on the same data, 1 and 64 trajectories
 
 Writes `benchmarks/results/<device>.json` and `<device>.md` (temp file, then rename).
@@ -63,7 +65,7 @@ def main(argv=None) -> dict:
   md = []
 
   if "rollout" in args.sections:
-    rows = bench_rollout.main(common + sizes)
+    rows = bench_rollout.main(common + sizes + (["--models", "cartpole"] if args.quick else []))
     report["sections"]["rollout"] = rows
     md += ["## Rollout and gradient throughput", "", bench_rollout.table(rows), ""]
   if "determinism" in args.sections:

@@ -352,6 +352,13 @@ class ParamLayout:
     self.fields = fields
     self.h = wp.zeros((scene.nworld, max(self.nparam, 1)), dtype=float, device=scene.device)
 
+  def reserve(self, nlane: int) -> None:
+    """Gives the parameters' model fields their rows for `nlane` lanes per world now, outside any
+    graph capture (a capture would record the allocation and its upload instead of running them)."""
+    scene = self.scene
+    if self.params:
+      _ensure_batched(scene, self.fields, max(scene._batch, nlane * scene.nworld))
+
   def apply(self, nlane: int, lane0: int = -1, central: bool = True, eps: float = 1e-2) -> None:
     """Writes every world's (and lane's) parameter values into the model and updates constants.
 
@@ -404,8 +411,11 @@ def update_constants(scene, data) -> None:
 
 def _ensure_batched(scene, fields, batch: int) -> None:
   """Gives each field (and every field batched before) exactly `batch` rows."""
-  scene._batch = batch
   todo = set(fields) | set(scene._nominal_rows)
+  if scene.device.is_capturing and any(model_field(scene.model, f).shape[0] != batch for f in todo):
+    raise RuntimeError("a graph capture would allocate model rows for parameters: build the Rollout (or call "
+                       "Rollout.update_constants()) before capturing")
+  scene._batch = batch
   for f in sorted(todo):
     arr = model_field(scene.model, f)
     if f not in scene._nominal_rows:

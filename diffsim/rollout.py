@@ -311,6 +311,18 @@ def _check_finite_inputs(scene, arrays: dict[str, wp.array]) -> None:
       raise ValueError(f"{name} contains {n} NaN/Inf value(s); rollouts need finite inputs")
 
 
+@dataclass
+class _Call:
+  """What one rollout call reads and writes, and the stepper that runs it."""
+
+  b: _Buffers
+  ctrl: wp.array
+  state0: tuple  # (qpos0, qvel0, act0) device arrays
+  differentiate: bool
+  stepper: FiniteDifferenceStep
+  traj: Trajectory
+
+
 class Rollout:
   """A rollout of `nstep` steps with every buffer allocated once, for loops and graph capture.
 
@@ -320,6 +332,8 @@ class Rollout:
     params: `Param`s applied to the model (and differentiated on a tape).
     differentiable: form Jacobians when recorded on a tape (lanes: `1 + 2 nz`).
     central: central differences (default) or forward differences (half the lanes).
+    ctrl_jacobian: form the Jacobians' control columns (default); `False` saves their lanes when
+      only state and parameter derivatives are needed (then `ctrl` may not require grad on a tape).
     eps: finite-difference steps (a float, or a dict by input group; see `FiniteDifferenceStep`).
     check: after each call, raise `DivergenceError` on NaN/Inf (one host read); off in captures.
 
@@ -329,19 +343,22 @@ class Rollout:
   """
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
-               central: bool = True, eps: float | dict | None = None, check: bool = False):
+               central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
+               check: bool = False):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     self.scene = scene
     self.nstep = int(nstep)
     self.layout = ParamLayout(scene, params)
     self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
-                                   eps=eps)
+                                   ctrl_jacobian=ctrl_jacobian, eps=eps)
     self.check = check
     self._buf = _Buffers(scene, self.nstep, self.fd)
     # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
     # use: put_data inside a graph capture would be recorded instead of run
     self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
+    # and the parameters' per-lane model rows, for the same reason
+    self.layout.reserve(self.fd.nlane)
 
   @property
   def params(self) -> list[Param]:
@@ -367,38 +384,20 @@ class Rollout:
   def run(self, ctrl, *, qpos0=None, qvel0=None, act0=None, buffers=None, linearize: bool = False) -> Trajectory:
     """Runs the rollout; see the class docstring. `linearize=True` forms the Jacobians (read them
     with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton."""
-    scene = self.scene
-    b = buffers or _Buffers(scene, self.nstep, self.fd)
-    if _check_ctrl(scene, ctrl) != self.nstep:
-      raise ValueError(f"ctrl has {ctrl.shape[1]} steps but this Rollout was built for nstep={self.nstep}")
-    n = scene.nworld
-    qpos0_a = _as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0)
-    qvel0_a = _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0)
-    act0_a = _as_state(act0, "act0", n, scene.na, scene, b.act0)
-
+    b = buffers or _Buffers(self.scene, self.nstep, self.fd)
     tape = wp._src.context.runtime.tape
-    differentiate = tape is not None or linearize
-    if differentiate and not self.fd.differentiable:
-      raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
-                         "to linearize; build it with differentiable=True")
-    fd = self.fd
-
+    if tape is not None and ctrl.requires_grad and not self.fd.ctrl_jacobian:
+      raise ValueError("ctrl requires grad on a tape, but this Rollout was built with ctrl_jacobian=False; "
+                       "build it with ctrl_jacobian=True, or pass ctrl without requires_grad")
+    call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize)
+    traj = call.traj
     # MJWarp kernels have no adjoints: keep every launch below off the tape
     wp._src.context.runtime.tape = None
     try:
-      stepper = fd if differentiate else self._fwd
-      self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
-      stepper.begin()
-      if differentiate:
-        # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
-        for a in (b.qpos, b.qvel, b.act, b.sensordata):
-          a.grad.zero_()
-      wp.launch(_init_state, dim=n, device=scene.device, inputs=[qpos0_a, qvel0_a, act0_a],
-                outputs=[b.qpos, b.qvel, b.act, b.warm])
-      traj = Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt)
+      self._prologue(call)
       for k in range(self.nstep):
-        stepper.step(traj, ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
-      stepper.sense(traj, ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+        self._step(call, k)
+      self._epilogue(call)
     finally:
       wp._src.context.runtime.tape = tape
 
@@ -406,10 +405,68 @@ class Rollout:
       inputs = [a for a in (qpos0, qvel0, act0) if isinstance(a, wp.array) and a.requires_grad]
       arrays = [b.qpos, b.qvel, b.act, b.sensordata] + ([ctrl] if ctrl.requires_grad else []) + inputs
       arrays += [p.value for p in self.layout.params]
-      tape.record_func(lambda: self._backward(traj, b, qpos0_a, qvel0_a, act0_a), arrays)
+      q0, v0, a0 = call.state0
+      tape.record_func(lambda: self._backward(traj, b, q0, v0, a0), arrays)
     if self.check:
       check_finite(traj)
     return traj
+
+  def stages(self, ctrl, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False) -> tuple[list, Trajectory]:
+    """The rollout as graph-capture stages, for loops that replay it (no tape).
+
+    Returns `(stages, traj)`: `stages` is `[(fn, repeats)]` — the start, one step repeated `nstep`
+    times (a device-side counter advances the step index) and the final sensors — to capture with
+    `diffsim.graph.capture` and replay in order; `traj` is the `Trajectory` the replays write. The
+    arrays passed are the ones every replay reads. Capturing one step instead of `nstep` makes the
+    capture cost independent of the horizon (on the CPU, capturing an MJWarp step costs tens of ms).
+    """
+    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize)
+
+    def step():
+      self._step(call, 0)
+      call.stepper.advance()
+
+    def last():
+      call.stepper.count.zero_()  # back to absolute step indices
+      self._epilogue(call)
+
+    return [(lambda: self._prologue(call), 1), (step, self.nstep), (last, 1)], call.traj
+
+  def _prepare(self, ctrl, qpos0, qvel0, act0, b: _Buffers, *, differentiate: bool) -> _Call:
+    """Checks the inputs of a call (host only) and picks its stepper."""
+    scene = self.scene
+    if _check_ctrl(scene, ctrl) != self.nstep:
+      raise ValueError(f"ctrl has {ctrl.shape[1]} steps but this Rollout was built for nstep={self.nstep}")
+    n = scene.nworld
+    state0 = (_as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0),
+              _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0),
+              _as_state(act0, "act0", n, scene.na, scene, b.act0))
+    if differentiate and not self.fd.differentiable:
+      raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
+                         "to linearize; build it with differentiable=True")
+    return _Call(b, ctrl, state0, differentiate, self.fd if differentiate else self._fwd,
+                 Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt))
+
+  def _prologue(self, call: _Call) -> None:
+    b, fd, stepper = call.b, self.fd, call.stepper
+    differentiate = call.differentiate
+    self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
+    stepper.begin()
+    if differentiate:
+      # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
+      for a in (b.qpos, b.qvel, b.act, b.sensordata):
+        a.grad.zero_()
+    wp.launch(_init_state, dim=self.scene.nworld, device=self.scene.device, inputs=list(call.state0),
+              outputs=[b.qpos, b.qvel, b.act, b.warm])
+
+  def _step(self, call: _Call, k: int) -> None:
+    b = call.b
+    call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+
+  def _epilogue(self, call: _Call) -> None:
+    b = call.b
+    call.stepper.sense(call.traj, call.ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac,
+                          sjac=b.sjac)
 
   def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0) -> None:
     scene, fd = self.scene, self.fd

@@ -47,8 +47,9 @@ def _lanes_in(
   lane_coord: wp.array[int],  # (nlane,) input coordinate perturbed by the lane, -1: nominal
   lane_sign: wp.array[float],  # (nlane,)
   eps: wp.array[float],  # (nz,) step of each input coordinate
-  step: int,
-  ctrl_step: int,
+  step0: int,
+  ctrl_step0: int,
+  step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
   qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq)
   qvel_in: wp.array3d[float],  # (nworld, nstep + 1, nv)
   act_in: wp.array3d[float],  # (nworld, nstep + 1, na)
@@ -61,6 +62,8 @@ def _lanes_in(
   ctrl_out: wp.array2d[float],
   qacc_warmstart_out: wp.array2d[float],
 ):
+  step = step0 + step_count[0]
+  ctrl_step = ctrl_step0 + step_count[0]
   lw = wp.tid()
   w = lw % nworld
   lane = lw // nworld
@@ -132,8 +135,10 @@ def _lanes_out(
   # In:
   central: int,
   eps_z: wp.array[float],  # (nz,)
-  step: int,
-  ctrl_step: int,
+  coord_lane: wp.array[int],  # (nz,) first lane of each coordinate, -1: zero column
+  step0: int,
+  ctrl_step0: int,
+  step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
   with_state: int,
   qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq) nominal inputs
   qvel_in: wp.array3d[float],
@@ -149,6 +154,8 @@ def _lanes_out(
   jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz)
   sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
 ):
+  step = step0 + step_count[0]
+  ctrl_step = ctrl_step0 + step_count[0]
   w, c = wp.tid()
   nv = qvel.shape[1]
   na = act.shape[1]
@@ -175,15 +182,14 @@ def _lanes_out(
   else:
     h = h_param[w, c - nx - nu]
 
+  lane = coord_lane[c]
+  lp = wp.max(lane, 0) * nworld + w
+  lm = w
   if central != 0:
-    lp = (1 + 2 * c) * nworld + w
-    lm = (2 + 2 * c) * nworld + w
-  else:
-    lp = (1 + c) * nworld + w
-    lm = w
-  # a control beyond its limit has no effect: zero column
+    lm = (lane + 1) * nworld + w
+  # a control beyond its limit has no effect, a skipped coordinate none formed: zero column
   inv = float(0.0)
-  if h != 0.0:
+  if h != 0.0 and lane >= 0:
     inv = wp.where(central != 0, 0.5, 1.0) / h
 
   for s in range(ns):
@@ -213,9 +219,15 @@ def _lanes_out(
 
 
 @wp.kernel
+def _increment(count: wp.array[int]):
+  count[0] += 1
+
+
+@wp.kernel
 def _store_nominal(
   # In:
-  step: int,
+  step0: int,
+  step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
   store_state: int,
   # Data in:
   qpos: wp.array2d[float],  # (nlane * nworld, nq), lane 0 first
@@ -230,6 +242,7 @@ def _store_nominal(
   sensordata_out: wp.array3d[float],  # (nworld, nstep + 1, ns)
   warm_out: wp.array2d[float],  # (nworld, nv)
 ):
+  step = step0 + step_count[0]
   w = wp.tid()
   for s in range(sensordata.shape[1]):
     sensordata_out[w, step, s] = sensordata[w, s]
@@ -277,6 +290,9 @@ class FiniteDifferenceStep:
     differentiable: form Jacobians (`nlane = 1 + 2 nz` central, `1 + nz` forward) or only step
       the nominal lane (`nlane = 1`).
     central: central (default) or forward differences.
+    ctrl_jacobian: form the control columns of the Jacobians (default). Without them (zero columns)
+      the step needs `2 nu` (central) or `nu` (forward) fewer lanes; for Jacobians with respect to
+      states and parameters only, as system identification needs.
     eps: step of each input group, a float for all or a dict with keys `"qpos"` (m or rad, in the
       tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
       `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONTACT_QPOS_EPS` in models that
@@ -284,23 +300,26 @@ class FiniteDifferenceStep:
   """
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
-               eps: float | dict = None):
+               ctrl_jacobian: bool = True, eps: float | dict = None):
     self.scene = scene
     self.nparam = nparam
     self.nz = scene.nx + scene.nu + nparam
     self.differentiable = differentiable
     self.central = bool(central)
+    self.ctrl_jacobian = bool(ctrl_jacobian)
     self.eps = resolve_eps(eps, scene.has_contacts)
-    if differentiable:
-      self.nlane = 1 + (2 if central else 1) * self.nz
-    else:
-      self.nlane = 1
     coord = [-1]
     sign = [0.0]
+    first = np.full(self.nz, -1, np.int32)  # first lane of each coordinate, -1: column not formed
     if differentiable:
       for c in range(self.nz):
+        if not ctrl_jacobian and scene.nx <= c < scene.nx + scene.nu:
+          continue
+        first[c] = len(coord)
         coord += [c, c] if central else [c]
         sign += [1.0, -1.0] if central else [1.0]
+    self.nlane = len(coord)
+    self._first = first
     dev = scene.device
     e = self.eps
     eps_z = [e["qpos"]] * scene.nv + [e["qvel"]] * scene.nv + [e["act"]] * scene.na + [e["ctrl"]] * scene.nu
@@ -308,18 +327,27 @@ class FiniteDifferenceStep:
     self.eps_z = wp.array(np.array(eps_z, dtype=np.float32), dtype=float, device=dev)
     self.lane_coord = wp.array(np.array(coord, dtype=np.int32), dtype=int, device=dev)
     self.lane_sign = wp.array(np.array(sign, dtype=np.float32), dtype=float, device=dev)
+    self.coord_lane = wp.array(first, dtype=int, device=dev)
     self.data = scene.data(self.nlane)
+    # steps taken by a captured one-step graph replayed in a loop (see `advance`); 0 when eager
+    self.count = wp.zeros(1, dtype=int, device=dev)
 
   @property
   def param_lane0(self) -> int:
     """Lane of the first parameter coordinate (-1 when not differentiating)."""
     if not self.differentiable:
       return -1
-    return 1 + (2 if self.central else 1) * (self.scene.nx + self.scene.nu)
+    return int(self._first[self.scene.nx + self.scene.nu]) if self.nparam else self.nlane
 
   def begin(self) -> None:
-    """Resets time and warm start of every lane before a rollout."""
+    """Resets time and step counter of every lane before a rollout."""
     self.data.time.zero_()
+    self.count.zero_()
+
+  def advance(self) -> None:
+    """Adds one to the step counter: `step(k)` then reads and writes step `k + count`, so a graph of
+    `step(0); advance()` replayed `n` times runs steps `0 .. n - 1` (call `count.zero_()` after)."""
+    wp.launch(_increment, dim=1, device=self.scene.device, outputs=[self.count])
 
   def _lanes_in(self, traj, ctrl, warm, step: int, ctrl_step: int) -> None:
     s, d = self.scene, self.data
@@ -327,7 +355,7 @@ class FiniteDifferenceStep:
       _lanes_in, dim=self.nlane * s.nworld, device=s.device,
       inputs=[s.nworld, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               self.lane_coord, self.lane_sign,
-              self.eps_z, step, ctrl_step, traj.qpos, traj.qvel, traj.act, ctrl, warm],
+              self.eps_z, step, ctrl_step, self.count, traj.qpos, traj.qvel, traj.act, ctrl, warm],
       outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart])
 
   def _lanes_out(self, traj, ctrl, h_param, jac, sjac, step: int, ctrl_step: int, with_state: bool) -> None:
@@ -336,7 +364,7 @@ class FiniteDifferenceStep:
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
       inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               int(self.central),
-              self.eps_z, step, ctrl_step, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
+              self.eps_z, self.coord_lane, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
               d.qpos, d.qvel, d.act, d.sensordata],
       outputs=[jac, sjac])
 
@@ -348,7 +376,7 @@ class FiniteDifferenceStep:
     s, d = self.scene, self.data
     self._lanes_in(traj, ctrl, warm, k, k)
     mjw.step(s.model, d)
-    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, 1, d.qpos, d.qvel, d.act,
+    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 1, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
       self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k, True)
@@ -360,7 +388,7 @@ class FiniteDifferenceStep:
     s, d = self.scene, self.data
     self._lanes_in(traj, ctrl, warm, k, k - 1)
     mjw.forward(s.model, d)
-    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, 0, d.qpos, d.qvel, d.act,
+    wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 0, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
       self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k - 1, False)

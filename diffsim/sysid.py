@@ -33,8 +33,13 @@ Solvers:
   - `"adam"`: first-order, with the gradient of the cost from one `tape.backward()` sweep. For
     problems with very many parameters, where the dense `nparam x nparam` normal equations and the
     `(nworld, nsample, nres, nparam)` Jacobian become the bottleneck; needs far more iterations
-    than LM, and keeps initial states at their measured or estimated values. The step Jacobians are finite differences with two lanes per parameter either way, so a
-    rollout's cost grows with the parameter count in both.
+    than LM, and keeps initial states at their measured or estimated values. The step Jacobians are
+    finite differences either way (a lane per state coordinate and parameter; controls are data and
+    get none), so a rollout's cost grows with the parameter count in both.
+
+Speed: a rollout is captured once as graphs (`Rollout.stages`: the step is one graph replayed
+`nstep` times, so capturing costs one step whatever the recording's length) and replayed at every
+LM iteration; the host solves the small normal equations in between.
 
 Multiple shooting (`shooting=k`) restarts from the measured state every `k` samples: long or
 unstable recordings stay close to the data, and on launch-bound devices (CPU) shorter rollouts in
@@ -46,7 +51,7 @@ velocities. A parameter the residuals do not depend on, or a combination they do
 (a zero eigenvalue of `J^T J` scaled to a unit diagonal), is reported as not identifiable, with
 `std = inf`; a condition number above 1e8 as ill-conditioned, naming the parameters involved.
 
-Precision: MJWarp simulates in float32 and the step Jacobians are central differences. On
+Precision: MJWarp simulates in float32 and the step Jacobians are forward differences. On
 noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
 1e-7 to 1e-5 (pendulum mass and damping; SO-101 damping and armature); `frictionloss`, a
 non-smooth constraint force, to about 1e-4 on noise-free data.
@@ -67,6 +72,7 @@ import warp as wp
 
 from . import data as _data
 from .kernels import quat_sub
+from .graph import Replay
 from .params import Param, _POSITIVE
 from .rollout import Rollout
 from .scene import Scene, SolverSettings, _load_mjmodel, copy_mjmodel
@@ -527,7 +533,7 @@ class _Problem:
   """Worlds, buffers and kernels of one identification problem (allocated once)."""
 
   def __init__(self, model, recs, params, *, weights, normalize, shooting, nstart, device, solver, central, eps,
-               fit_qvel0=None, fit_qpos0=False):
+               fit_qvel0=None, fit_qpos0=False, capture=True):
     mjm = copy_mjmodel(model) if isinstance(model, mujoco.MjModel) else _load_mjmodel(model)
     self.mjm = mjm
     self.recs = recs
@@ -625,7 +631,9 @@ class _Problem:
     # device
     self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver)
     self.params = params
-    self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central, eps=eps)
+    # controls are data here: no Jacobian columns (and lanes) for them
+    self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central,
+                      ctrl_jacobian=False, eps=eps)
     self.layout = self.ro.layout
     self.nparam = self.layout.nparam
     dev = self.scene.device
@@ -663,6 +671,10 @@ class _Problem:
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.nrollout = 0
+    # a rollout (forward, or linearized + residual Jacobian) is a few graph replays after its first
+    # call; its step is one graph replayed nstep times, so capturing costs one step, not nstep
+    self._eval = Replay(dev, self._stages(linearize=False), capture)
+    self._lin = Replay(dev, self._stages(linearize=True), capture)
 
   # -- evaluation -----------------------------------------------------------------------------------
 
@@ -708,8 +720,25 @@ class _Problem:
                 inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
 
   def _rollout(self, *, linearize: bool):
-    self.nrollout += 1
     return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=linearize)
+
+  def _stages(self, *, linearize: bool) -> list:
+    stages, traj = self.ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0,
+                                  linearize=linearize)
+
+    def finish():
+      self.traj = traj
+      self._residuals(traj)
+      if linearize:
+        self._propagate()
+
+    return stages + [(finish, 1)]
+
+  def _replay(self, replay: Replay) -> None:
+    self.nrollout += 1
+    if self.layout.inertial:
+      self.ro.update_constants()  # graphs replay the parameter writes, not set_const
+    replay()
 
   def _residuals(self, traj) -> None:
     s = self.scene
@@ -725,8 +754,7 @@ class _Problem:
   def cost(self, theta: np.ndarray) -> np.ndarray:
     """`(nstart,)` cost of each start's parameters (one forward rollout)."""
     self.set_theta(theta)
-    self.traj = self._rollout(linearize=False)
-    self._residuals(self.traj)
+    self._replay(self._eval)
     return self._costs(self.res.numpy().astype(np.float64))
 
   def linearize(self, x: np.ndarray, *, jacobian: str = "forward") -> "_Normal":
@@ -740,9 +768,7 @@ class _Problem:
     if jacobian == "tape":
       r, G = self._jacobian_tape()
     else:
-      self.traj = self._rollout(linearize=True)
-      self._residuals(self.traj)
-      self._propagate()
+      self._replay(self._lin)
       r = self.res.numpy().astype(np.float64)
       G = self.rjac.numpy().astype(np.float64)
     cost = self._costs(r)
@@ -775,6 +801,7 @@ class _Problem:
 
   def _jacobian_tape(self):
     """Residual Jacobian by reverse mode: one backward pass per residual block (sample, signal)."""
+    self.nrollout += 1
     with wp.Tape() as tape:
       self.traj = self._rollout(linearize=False)
       self._residuals(self.traj)
@@ -823,6 +850,7 @@ class _Problem:
     s = self.scene
     self._scatter()
     self.cost_dev.zero_()
+    self.nrollout += 1
     with wp.Tape() as tape:
       self.traj = self._rollout(linearize=False)
       self._residuals(self.traj)
@@ -1236,7 +1264,7 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
              starts=1, spread: float = 1.0, seed: int = 0, x0: dict | None = None, lr: float = 0.05,
              ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "forward", resample: bool = False,
              fit_qvel0: bool | None = None, fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
-             central: bool = True, eps: float | dict | None = None,
+             central: bool = False, eps: float | dict | None = None,
              out=None, plots: bool = True, progress: bool = False, callback: Callable | None = None) -> SysIdResult:
   """Identifies model parameters from recorded trajectories.
 
@@ -1277,7 +1305,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
       pinning the simulation to one noisy sample biases the parameters. LM only.
     device: Warp device (`None`: CUDA if available, else CPU).
     solver_settings: MJWarp constraint solver settings (`diffsim.SolverSettings`).
-    central, eps: finite-difference scheme of the step Jacobians (see `diffsim.Rollout`).
+    central, eps: finite-difference scheme of the step Jacobians (see `diffsim.Rollout`). Forward
+      differences by default: the Jacobian only steers the LM steps (the residuals, computed
+      exactly, set the minimum), and they need half the lanes of central ones.
     out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing).
     plots: write PNG plots when `out` is given.
     progress: show a tqdm progress bar.

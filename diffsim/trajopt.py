@@ -25,7 +25,6 @@ Example:
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +32,7 @@ import warp as wp
 
 from . import losses
 from .losses import CTRL, QPOS, QVEL, SENSOR
+from .graph import capture as _capture
 from .kernels import load_quat, quat_sub
 from .rollout import Rollout, Trajectory, _forward_step, _init_state, _tangent_grad
 
@@ -879,32 +879,6 @@ def _ilqr_accept(
 # -- solvers --------------------------------------------------------------------------------------
 
 
-def _capture(device, stages: list) -> tuple[list | None, bool]:
-  """Graphs `[(graph, repeats)]` of the stages `[(fn, repeats)]`, or None where capture fails.
-
-  On CUDA every stage first runs eagerly (modules must load outside a capture, and errors then come
-  with a Python traceback): returns whether it did. CPU graphs load modules as they go, so the slow,
-  Python-bound eager pass is skipped there.
-  """
-  ran = device.is_cuda
-  if ran:
-    for fn, reps in stages:
-      for _ in range(reps):
-        fn()
-  try:
-    graphs = []
-    for fn, reps in stages:
-      with wp.ScopedCapture(device=device) as cap, warnings.catch_warnings():
-        # the callers refresh inertial parameters' derived constants before replaying
-        warnings.filterwarnings("ignore", message="inertial parameters in a captured graph")
-        fn()
-      graphs.append((cap.graph, reps))
-  except Exception as e:  # a device or driver without graph support: stay eager
-    warnings.warn(f"graph capture failed, running eagerly ({type(e).__name__}: {e})", stacklevel=3)
-    return None, ran
-  return graphs, ran
-
-
 class _Solver:
   """Buffers, captured stages and the host loop shared by the solvers.
 
@@ -991,7 +965,8 @@ class _Solver:
       return np.zeros(best.shape, bool)
     return (old[-1] - best) <= ftol * np.maximum(np.abs(old[-1]), 1e-12)
 
-  def run(self, ctrl0: wp.array, *, maxiter: int, ftol: float, quiet: bool, log_every: int) -> TrajectoryResult:
+  def run(self, ctrl0: wp.array, *, maxiter: int, ftol: float, quiet: bool, log_every: int,
+          callback=None) -> TrajectoryResult:
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -1014,7 +989,7 @@ class _Solver:
           bar.set_postfix_str(f"best {np.nanmin(best):.4g}  median {np.nanmedian(best):.4g}  "
                               f"converged {int(done.sum())}/{n}", refresh=False)
           bar.update(nit - bar.n)
-          if done.all():
+          if done.all() or (callback is not None and callback(nit, best)):
             break
     return self._finish(max(nit, 0), done, t0, maxiter)
 
@@ -1171,9 +1146,9 @@ class _ILQR(_Solver):
     self._launch(_increment, 1, [self.it])
     self._record(self.trial, self.ctrl_next, self.ntraj)  # row `it` + 1
 
-  def run(self, ctrl0, *, maxiter, ftol, quiet, log_every):
+  def run(self, ctrl0, *, maxiter, ftol, quiet, log_every, callback=None):
     self.ftol.fill_(ftol)  # on the device, so the captured graph reads the current value
-    return super().run(ctrl0, maxiter=maxiter, ftol=ftol, quiet=quiet, log_every=log_every)
+    return super().run(ctrl0, maxiter=maxiter, ftol=ftol, quiet=quiet, log_every=log_every, callback=callback)
 
   def _finish(self, nit, done, t0, maxiter, message=None, hist=None):
     status = self.status.numpy()
@@ -1214,7 +1189,7 @@ class _LBFGS(_Solver):
     wp.copy(self.packed, self.cost, dest_offset=m, count=p.nworld)
     self._tape.zero()
 
-  def run(self, ctrl0, *, maxiter, ftol, quiet, log_every):
+  def run(self, ctrl0, *, maxiter, ftol, quiet, log_every, callback=None):
     from scipy.optimize import Bounds, minimize
     from tqdm.auto import tqdm
 
@@ -1232,24 +1207,27 @@ class _LBFGS(_Solver):
       self._step()
       out = self.packed.numpy().astype(np.float64)  # the one host read of the evaluation
       last["x"], last["cost"] = x.copy(), out[m:]
+      last["best"] = np.fmin(last.get("best", out[m:]), out[m:])  # as `_record` keeps it on the device
       return float(out[m:].sum()), out[:m]
 
     bar = tqdm(total=maxiter, desc=self.method, disable=quiet, leave=False, dynamic_ncols=True, mininterval=0.5)
 
-    def callback(xk):
+    def on_iter(xk):
       if not np.array_equal(xk, last.get("x")):
         fun(xk)
       history.append(last["cost"])
       if len(history) % log_every == 0:
         c = last["cost"]
         bar.set_postfix_str(f"best {np.nanmin(c):.4g}  median {np.nanmedian(c):.4g}", refresh=False)
+        if callback is not None and callback(len(history) - 1, last["best"].copy()):
+          raise StopIteration  # scipy >= 1.11 ends the minimization and returns its result
       bar.update(1)
 
     try:
       fun(x0)
       history.append(last["cost"])
       res = minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=Bounds(p._lo_np.ravel(), p._hi_np.ravel()),
-                     callback=callback, options={"maxiter": maxiter, "ftol": ftol, "gtol": self.opt["gtol"],
+                     callback=on_iter, options={"maxiter": maxiter, "ftol": ftol, "gtol": self.opt["gtol"],
                                                  "maxcor": self.opt["maxcor"], "maxfun": 20 * maxiter})
     finally:
       bar.close()
@@ -1262,7 +1240,7 @@ _SOLVERS = {"adam": _Adam, "lbfgs": _LBFGS, "ilqr": _ILQR}
 
 def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, maxiter: int | None = None,
                         ftol: float = 1e-6, warm_start=None, shift: int = 1, quiet: bool = False,
-                        log_every: int | None = None, capture: bool = True,
+                        log_every: int | None = None, capture: bool = True, callback=None,
                         options: dict | None = None) -> TrajectoryResult:
   """Optimizes the controls of every world of `problem`.
 
@@ -1282,6 +1260,9 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
     log_every: iterations between host reads of the costs (progress bar, convergence test);
       default: 1 for iLQR and L-BFGS, `maxiter // 100` for Adam.
     capture: replay each iteration as a captured graph (`wp.ScopedCapture`) after the first.
+    callback: `callback(nit, fun) -> bool`, called at every host check (every `log_every`
+      iterations) with the best cost per world so far `(nworld,)` (already read; no extra transfer);
+      returning True stops the solver.
     options: solver settings, e.g. `{"lr": 0.05}`:
       adam: `lr` (ctrl units per step, 0.05), `betas` ((0.9, 0.999)), `eps` (1e-8), `patience`
         (iterations over which the `ftol` test looks back, 100);
@@ -1317,6 +1298,8 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
     log_every = max(1, maxiter // 100) if method == "adam" else 1
   if isinstance(log_every, bool) or not isinstance(log_every, (int, np.integer)) or log_every < 1:
     raise ValueError(f"log_every must be a positive integer, got {log_every!r}")
+  if callback is not None and not callable(callback):
+    raise TypeError(f"callback must be callable, got {type(callback).__name__}")
   ctrl0 = _warm_start(problem, warm_start, shift)
 
   key = (method, tuple(sorted((k, str(v)) for k, v in opts.items())), bool(capture))
@@ -1324,7 +1307,8 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
   if solver is None or solver.capacity < maxiter + 1:
     solver = _SOLVERS[method](problem, opts, maxiter + 1, bool(capture))
     problem._solvers[key] = solver
-  return solver.run(ctrl0, maxiter=maxiter, ftol=float(ftol), quiet=quiet, log_every=int(log_every))
+  return solver.run(ctrl0, maxiter=maxiter, ftol=float(ftol), quiet=quiet, log_every=int(log_every),
+                    callback=callback)
 
 
 def _warm_start(problem: TrajectoryProblem, warm_start, shift: int) -> wp.array:

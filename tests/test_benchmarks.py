@@ -14,3 +14,33 @@ def test_bench_rollout_runs_tiny(tmp_path):
   assert row["nlane"] == 1 + 2 * (2 * 2 + 1)  # central differences over dqpos, qvel, ctrl
   for key in ("fwd_eager_wsps", "fwd_captured_wsps", "mjw_step_captured_wsps", "mujoco_rollout_wsps", "grad_s"):
     assert row[key] > 0
+
+
+def test_bench_trajopt_runs_tiny(tmp_path):
+  from benchmarks import bench_trajopt
+
+  rows = bench_trajopt.main(["--device", "cpu", "--quick", "--problems", "cartpole", "--out", str(tmp_path)])
+  saved = json.loads((tmp_path / "trajopt_cpu.json").read_text())
+  assert saved["rows"] == rows
+  assert [r["method"] for r in rows] == ["ilqr", "adam", "lbfgs"]
+  by = {r["method"]: r for r in rows}
+  # an Adam or iLQR iteration is graph replays only: no Python launch, no host read or write
+  for m in ("ilqr", "adam"):
+    assert by[m]["reads_per_iter"] == by[m]["writes_per_iter"] == by[m]["launches_per_iter"] == 0, by[m]
+    assert by[m]["replays_per_iter"] >= 1
+  # L-BFGS (scipy on the host) uploads the controls and reads cost and gradient per evaluation
+  assert by["lbfgs"]["writes_per_iter"] >= 1 and by["lbfgs"]["reads_per_iter"] >= 1
+  # the solver that set the reference reached the threshold
+  assert any(r["iters_to_threshold"] is not None for r in rows)
+
+
+def test_benchmark_suite_runs_quick(tmp_path):
+  from benchmarks import run
+
+  report = run.main(["--quick", "--device", "cpu", "--sections", "rollout", "determinism", "trajopt",
+                     "--out", str(tmp_path)])
+  assert set(report["sections"]) == {"rollout", "determinism", "trajopt"}
+  assert isinstance(report["sections"]["trajopt"], list), report["sections"]["trajopt"]  # not "skipped: ..."
+  saved = json.loads((tmp_path / "cpu.json").read_text())
+  assert saved["sections"]["rollout"] == report["sections"]["rollout"]
+  assert "## trajopt" in (tmp_path / "cpu.md").read_text()

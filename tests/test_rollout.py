@@ -7,6 +7,7 @@ import warp as wp
 
 import diffsim
 from diffsim.gradcheck import mujoco_rollout, set_mjmodel_params
+from diffsim.graph import capture
 
 
 def _ctrl(scene, nstep, seed=0, scale=0.5):
@@ -122,6 +123,54 @@ def test_captured_graph_replays_eager_gradients(cartpole):
   np.testing.assert_array_equal(ctrl.grad.numpy(), eager[0])
   np.testing.assert_array_equal(damping.value.grad.numpy(), eager[1])
   np.testing.assert_array_equal(loss.numpy(), eager[2])
+
+
+def test_looped_step_graph_replays_eager_linearization(ball_free):
+  # Rollout.stages: one captured step replayed nstep times (a device counter advances the step
+  # index) writes the same trajectory and step Jacobians as the eager rollout, bit for bit
+  nstep = 12
+  ro = diffsim.Rollout(ball_free, nstep, params=[diffsim.Param("dof_damping", "ball")])
+  ctrl = wp.array(_ctrl(ball_free, nstep, seed=5), dtype=float)
+  qvel0 = np.zeros((ball_free.nworld, ball_free.nv), np.float32)
+  qvel0[:, 1:4] = [2.0, -1.0, 3.0]
+  qvel0 = wp.array(qvel0, dtype=float)
+  traj = ro(ctrl, qvel0=qvel0, linearize=True)
+  eager = [a.numpy().copy() for a in (traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians())]
+  stages, traj = ro.stages(ctrl, qvel0=qvel0, linearize=True)
+  assert [reps for _, reps in stages] == [1, nstep, 1]
+  graphs, _ = capture(ball_free.device, stages)
+  for a in (traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians()):
+    a.zero_()
+  for _ in range(2):  # the counter restarts with every replay of the first stage
+    for graph, reps in graphs:
+      for _ in range(reps):
+        wp.capture_launch(graph)
+    for a, b in zip((traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians()), eager):
+      np.testing.assert_array_equal(a.numpy(), b)
+
+
+def test_jacobians_without_control_columns(cartpole):
+  # ctrl_jacobian=False (system identification): 2 nu fewer lanes, the same state and parameter
+  # columns, zero control columns; a tape asking for the control gradient is refused
+  nstep = 10
+  damping = diffsim.Param("dof_damping", "hinge")
+  full = diffsim.Rollout(cartpole, nstep, params=[damping])
+  lean = diffsim.Rollout(cartpole, nstep, params=[damping], ctrl_jacobian=False)
+  assert lean.fd.nlane == full.fd.nlane - 2 * cartpole.nu
+  ctrl = wp.array(_ctrl(cartpole, nstep, seed=7), dtype=float)
+  ref = [a.numpy().copy() for a in (full(ctrl, linearize=True).qpos, *full.jacobians())]
+  got = [a.numpy() for a in (lean(ctrl, linearize=True).qpos, *lean.jacobians())]
+  nx, nu = cartpole.nx, cartpole.nu
+  np.testing.assert_array_equal(got[0], ref[0])
+  for g, r in zip(got[1:], ref[1:]):
+    np.testing.assert_allclose(np.delete(g, np.s_[nx:nx + nu], axis=-1), np.delete(r, np.s_[nx:nx + nu], axis=-1),
+                               rtol=1e-6, atol=1e-6)
+    assert not g[..., nx:nx + nu].any()
+  assert ref[1][..., nx:nx + nu].any()  # the state depends on the control (the sensors here do not)
+  grad_ctrl = wp.array(_ctrl(cartpole, nstep, seed=7), dtype=float, requires_grad=True)
+  with pytest.raises(ValueError, match="ctrl_jacobian=False"):
+    with wp.Tape():
+      lean(grad_ctrl)
 
 
 def test_deterministic_gradients_are_bitwise_equal():

@@ -211,6 +211,24 @@ def test_warm_start_shifts_the_previous_solution(short):
   assert np.all(mpc.history[0] < first.history[0])
 
 
+@pytest.mark.parametrize("method", ["ilqr", "adam", "lbfgs"])
+def test_callback_sees_best_costs_and_stops(short, method):
+  seen = []
+
+  def callback(nit, fun):
+    seen.append((nit, fun.copy()))
+    return nit >= 3
+
+  res = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, quiet=True, callback=callback)
+  assert [nit for nit, _ in seen] == [1, 2, 3] and res.nit == 3
+  # the best cost per world so far: never increasing, and the result's cost at the stop
+  best = np.array([f for _, f in seen])
+  assert best.shape == (3, short.nworld) and np.all(np.diff(best, axis=0) <= 0)
+  np.testing.assert_allclose(best[-1], res.fun, rtol=1e-6)
+  with pytest.raises(TypeError, match="callback"):
+    diffsim.optimize_trajectory(short, method, maxiter=2, quiet=True, callback=3)
+
+
 # graph replays per iteration: iLQR linearizes, rolls out one candidate per line-search step (6), accepts
 @pytest.mark.parametrize("method, stages", [("ilqr", 8), ("adam", 1)])
 def test_iterations_are_graph_replays_without_host_copies(short, monkeypatch, method, stages):

@@ -1,0 +1,236 @@
+"""Trajectory optimization: time to reach a cost threshold per solver, and host traffic per iteration.
+
+Problems (defined by the tutorials, imported from `tutorials/`):
+  - cartpole: the swing-up of tutorial 02 (2 s, 200 steps, hanging start, 10 N motor);
+  - so101: the reach of tutorial 03 (random start and target per world, end-effector site cost).
+
+For each problem every solver (`ilqr`, `adam`, `lbfgs`) runs from the same guess after a warm-up
+call that compiles the kernels and captures the graphs (one-time costs, reported apart as
+`warmup_s`). The timed run reads the best cost per world after every iteration (`log_every=1`,
+one small read) to timestamp it. Reported per solver:
+  - `time_to_threshold_s` / `iters_to_threshold`: first time every world's best cost is within
+    `--rtol` (10%) of the lowest final cost any solver found for that world (`null`: never), and
+    `time_to_2x_s` / `iters_to_2x` for within 100% (a solution of the task, not yet refined);
+  - the final success rate of the task itself: cart-pole, pole within 0.1 rad of upright and
+    turning slower than 0.5 rad/s; SO-101, end effector within 1 cm of its target;
+  - host traffic per iteration: device-to-host reads (`wp.array.numpy`, `.list`), host-to-device
+    writes (`.assign`), Python kernel launches and graph replays, counted by wrapping those Warp
+    functions in two runs of different lengths (`log_every` = the run length, so no progress read)
+    and differencing, which cancels set-up and result copies. The issue's target is 0 reads and
+    writes for Adam and iLQR; L-BFGS (scipy on the host) needs one write and one read per
+    function evaluation.
+
+Run: `python -m benchmarks.bench_trajopt [--device cpu] [--problems cartpole so101] [--quick]`.
+Prints a Markdown table and writes `benchmarks/results/trajopt_<device>.json` (temp file, then rename).
+Sizes: CPU, cart-pole 4 worlds and SO-101 8 worlds over 0.3 s; CUDA, 1,024 and 2,048 worlds (the
+tutorials' full sizes). `--quick`: 2 worlds, short horizons, 3 iterations (checks that it runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import warp as wp
+
+import diffsim
+
+_TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
+SOLVERS = ("ilqr", "adam", "lbfgs")
+# iterations per solver (maxiter) and options, as in the tutorials
+ITERS = {"cartpole": {"ilqr": 40, "adam": 300, "lbfgs": 150}, "so101": {"ilqr": 30, "adam": 200, "lbfgs": 100}}
+OPTIONS = {"cartpole": {"ilqr": {}, "adam": {"lr": 0.15}, "lbfgs": {}},
+           "so101": {"ilqr": {}, "adam": {"lr": 0.02}, "lbfgs": {}}}
+
+
+def _tutorial(name: str):
+  """The tutorial module `tutorials/<name>.py` (file names start with digits: not importable by name)."""
+  spec = importlib.util.spec_from_file_location(f"tutorial_{name}", os.path.join(_TUTORIALS, f"{name}.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def make_problem(name: str, nworld: int, quick: bool, device):
+  """`(problem, success)`: the problem and a function of a `TrajectoryResult` -> success per world."""
+  if name == "cartpole":
+    tut = _tutorial("02_cartpole_swingup")
+    problem = tut.swingup_problem(nworld=nworld, horizon=0.3 if quick else 2.0, device=device)
+
+    def success(res):
+      q, v = res.trajectory.qpos.numpy()[:, -1, 1], res.trajectory.qvel.numpy()[:, -1, 1]
+      return (np.abs(q - np.pi) < 0.1) & (np.abs(v) < 0.5)
+
+    return problem, success
+  if name == "so101":
+    tut = _tutorial("03_so101_reach")
+    problem, targets = tut.reach_problem(nworld=nworld, duration=0.05 if quick else 0.3, timestep=0.01,
+                                         device=device)
+
+    def success(res):
+      site = res.trajectory.sensordata.numpy()[:, -1, :3]  # the framepos sensor of the site
+      return np.linalg.norm(site - targets, axis=1) < 0.01
+
+    return problem, success
+  raise ValueError(f"unknown problem {name!r}; choose from cartpole, so101")
+
+
+@contextlib.contextmanager
+def count_host_traffic():
+  """Counts, while active, Warp host reads, host writes, Python kernel launches and graph replays.
+
+  Yields a dict `{"reads", "writes", "launches", "replays"}` updated in place. Wraps the Warp
+  functions the solvers call (`wp.array.numpy`, `.list`, `.assign`, cross-device `wp.copy`,
+  `wp.launch`, `wp.capture_launch`) and restores them on exit.
+  """
+  counts = {"reads": 0, "writes": 0, "launches": 0, "replays": 0}
+  saved = {}
+
+  def wrap(owner, attr, key, when=None):
+    real = getattr(owner, attr)
+    saved[(owner, attr)] = real
+
+    def fn(*args, **kwargs):
+      if when is None or when(*args, **kwargs):
+        counts[key] += 1
+      return real(*args, **kwargs)
+
+    setattr(owner, attr, fn)
+
+  cross = lambda dest, src, *a, **k: getattr(dest, "device", None) != getattr(src, "device", None)
+  wrap(wp.array, "numpy", "reads")
+  wrap(wp.array, "list", "reads")
+  wrap(wp.array, "assign", "writes")
+  wrap(wp, "copy", "reads", cross)
+  wrap(wp, "launch", "launches")
+  wrap(wp, "capture_launch", "replays")
+  try:
+    yield counts
+  finally:
+    for (owner, attr), real in saved.items():
+      setattr(owner, attr, real)
+
+
+def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: int = 6) -> dict:
+  """Host traffic of one iteration: counts of a run of `n1` iterations minus one of `n0`, over `n1 - n0`."""
+  counts, nits = [], []
+  # a solver is cached per problem for runs up to its capacity: make (and capture) it first
+  diffsim.optimize_trajectory(problem, method, maxiter=n1, ftol=0.0, log_every=n1, quiet=True, options=options)
+  for n in (n0, n1):
+    with count_host_traffic() as c:
+      res = diffsim.optimize_trajectory(problem, method, maxiter=n, ftol=0.0, log_every=n, quiet=True,
+                                        options=options)
+    counts.append(dict(c))
+    nits.append(res.nit)
+  dn = max(nits[1] - nits[0], 1)
+  return {k: (counts[1][k] - counts[0][k]) / dn for k in counts[0]}
+
+
+def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solvers=SOLVERS) -> list[dict]:
+  t = time.perf_counter()
+  problem, success = make_problem(name, nworld, quick, device)
+  setup_s = time.perf_counter() - t
+  runs = {}
+  for method in solvers:
+    maxiter = 3 if quick else ITERS[name][method]
+    opts = OPTIONS[name][method]
+    # warm-up: compiles the kernels and captures the graphs of this solver (cached on the problem)
+    t = time.perf_counter()
+    diffsim.optimize_trajectory(problem, method, maxiter=maxiter, quiet=True, options=opts,
+                                callback=lambda nit, fun: True)
+    warmup_s = time.perf_counter() - t
+    stamps = []
+
+    def stamp(nit, fun):
+      stamps.append((nit, time.perf_counter() - t0, fun.copy()))
+      return False
+
+    t0 = time.perf_counter()
+    res = diffsim.optimize_trajectory(problem, method, maxiter=maxiter, ftol=0.0, log_every=1, quiet=True,
+                                      options=opts, callback=stamp)
+    wall = time.perf_counter() - t0
+    runs[method] = dict(res=res, stamps=stamps, wall=wall, warmup_s=warmup_s, maxiter=maxiter, opts=opts)
+  # the reference per world: the lowest final cost of any solver
+  ref = np.min([r["res"].fun for r in runs.values()], axis=0)
+  rows = []
+  for method, r in runs.items():
+    res = r["res"]
+    hits = {tol: next(((nit, s) for nit, s, fun in r["stamps"] if np.all(fun <= ref + tol * np.abs(ref))), None)
+            for tol in (1.0, rtol)}
+    traffic = traffic_per_iteration(problem, method, r["opts"])
+    ok = success(res)
+    rows.append({
+      "problem": name, "method": method, "nworld": problem.nworld, "horizon": problem.horizon,
+      "dt": problem.scene.dt, "device": str(problem.scene.device), "maxiter": r["maxiter"], "nit": res.nit,
+      "wall_s": r["wall"], "s_per_iter": r["wall"] / max(res.nit, 1), "warmup_s": r["warmup_s"],
+      "setup_s": setup_s, "rtol": rtol,
+      "time_to_threshold_s": None if hits[rtol] is None else hits[rtol][1],
+      "iters_to_threshold": None if hits[rtol] is None else hits[rtol][0],
+      "time_to_2x_s": None if hits[1.0] is None else hits[1.0][1],
+      "iters_to_2x": None if hits[1.0] is None else hits[1.0][0],
+      "final_cost_median": float(np.median(res.fun)), "final_cost_max": float(np.max(res.fun)),
+      "success_rate": float(np.mean(ok)),
+      **{f"{k}_per_iter": v for k, v in traffic.items()},
+    })
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  head = ("| problem | worlds | steps | solver | iters | time to 2x best | time to threshold | s/iter | "
+          "final success | reads/iter | writes/iter | launches/iter | replays/iter | warm-up |")
+  lines = [head, "|" + "---|" * (head.count("|") - 1)]
+  for r in rows:
+    hit = lambda t, i: "not reached" if t is None else f"{t:.2f} s ({i} it)"
+    lines.append(f"| {r['problem']} | {r['nworld']} | {r['horizon']} | {r['method']} | {r['nit']} | "
+                 f"{hit(r['time_to_2x_s'], r['iters_to_2x'])} | "
+                 f"{hit(r['time_to_threshold_s'], r['iters_to_threshold'])} | "
+                 f"{r['s_per_iter']:.3f} | {100 * r['success_rate']:.0f}% | {r['reads_per_iter']:.2f} | "
+                 f"{r['writes_per_iter']:.2f} | {r['launches_per_iter']:.1f} | {r['replays_per_iter']:.1f} | "
+                 f"{r['warmup_s']:.1f} s |")
+  rtol = rows[0]["rtol"] if rows else 0.1
+  lines.append("")
+  lines.append(f"Threshold: every world within {100 * rtol:.0f}% of the lowest final cost any solver reached for "
+               "it (2x best: within 100%). Traffic: per iteration, with no progress reads (see "
+               "`count_host_traffic`).")
+  return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--device", default=None)
+  parser.add_argument("--problems", nargs="+", default=["cartpole", "so101"], choices=["cartpole", "so101"])
+  parser.add_argument("--solvers", nargs="+", default=list(SOLVERS), choices=SOLVERS)
+  parser.add_argument("--nworld", type=int, nargs="+", default=None,
+                      help="worlds per problem (default: CPU 4 and 8, CUDA 1024 and 2048)")
+  parser.add_argument("--rtol", type=float, default=0.1)
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  args, _ = parser.parse_known_args(argv)  # benchmarks.run passes --nstep/--repeats to every section
+  wp.config.log_level = wp.LOG_WARNING
+  device = wp.get_device(args.device)
+  sizes = {"cartpole": 4, "so101": 8} if device.is_cpu else {"cartpole": 1024, "so101": 2048}
+  if args.quick:
+    sizes = {"cartpole": 2, "so101": 2}
+  if args.nworld:
+    sizes.update(zip(args.problems, args.nworld))
+  rows = []
+  for name in args.problems:
+    print(f"bench_trajopt: {name}, {sizes[name]} worlds, solvers {args.solvers}", flush=True)
+    rows += bench_problem(name, sizes[name], device, args.quick, args.rtol, args.solvers)
+  print(table(rows))
+  os.makedirs(args.out, exist_ok=True)
+  path = os.path.join(args.out, f"trajopt_{str(device).replace(':', '')}.json")
+  with open(path + ".tmp", "w") as f:
+    json.dump({"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows}, f, indent=1)
+  os.replace(path + ".tmp", path)
+  return rows
+
+
+if __name__ == "__main__":
+  main()
