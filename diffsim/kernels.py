@@ -5,14 +5,18 @@ ballistic flight launched from a rollout's sensor values (e.g. a site's position
 release) back-propagates into the rollout's controls.
 
 Also the quaternion helpers used to perturb and difference `qpos` in the tangent space, matching
-MuJoCo's `mju_quatIntegrate` and `mju_subQuat`.
+MuJoCo's `mju_quatIntegrate` and `mju_subQuat`, and the pieces of a rollout that custom loops reuse:
+`init_state` (trajectory row 0 from initial states) and `tangent_grad` (a `qpos` gradient mapped to
+the tangent space of the joints).
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-__all__ = ["integrate_gravity", "ballistic", "quat_integrate", "quat_sub"]
+__all__ = ["integrate_gravity", "ballistic", "quat_integrate", "quat_sub", "init_state", "tangent_grad"]
+
+_FREE, _BALL = 0, 1  # mjtJoint
 
 
 @wp.func
@@ -54,6 +58,52 @@ def store_quat(a: wp.array2d[float], row: int, adr: int, q: wp.quat):
   a[row, adr + 1] = q[0]
   a[row, adr + 2] = q[1]
   a[row, adr + 3] = q[2]
+
+
+@wp.kernel
+def init_state(
+  # In:
+  qpos0: wp.array2d[float],  # (nworld or 1, nq)
+  qvel0: wp.array2d[float],  # (nworld or 1, nv)
+  act0: wp.array2d[float],  # (nworld or 1, na)
+  # Out:
+  qpos_out: wp.array3d[float],
+  qvel_out: wp.array3d[float],
+  act_out: wp.array3d[float],
+  warm_out: wp.array2d[float],
+):
+  w = wp.tid()
+  for i in range(qpos_out.shape[2]):
+    qpos_out[w, 0, i] = qpos0[w % qpos0.shape[0], i]
+  for i in range(qvel_out.shape[2]):
+    qvel_out[w, 0, i] = qvel0[w % qvel0.shape[0], i]
+    warm_out[w, i] = 0.0
+  for i in range(act_out.shape[2]):
+    act_out[w, 0, i] = act0[w % act0.shape[0], i]
+
+
+@wp.func
+def tangent_grad(
+  c: int, w: int, k: int,
+  jnt_type: wp.array[int], jnt_qposadr: wp.array[int], jnt_dofadr: wp.array[int], dof_jntid: wp.array[int],
+  qpos: wp.array3d[float], qpos_grad: wp.array3d[float],
+) -> float:
+  """dL/d(tangent dof c) from dL/dqpos: for quaternions `0.5 Im(conj(q) * g)` (`dq = 0.5 q * (0, v)`)."""
+  j = dof_jntid[c]
+  typ = jnt_type[j]
+  qadr = jnt_qposadr[j]
+  i = c - jnt_dofadr[j]
+  if typ == _FREE:
+    if i < 3:
+      return qpos_grad[w, k, qadr + i]
+    qadr += 3
+    i -= 3
+  elif typ != _BALL:
+    return qpos_grad[w, k, qadr + i]
+  q = wp.quat(qpos[w, k, qadr + 1], qpos[w, k, qadr + 2], qpos[w, k, qadr + 3], qpos[w, k, qadr])
+  g = wp.quat(qpos_grad[w, k, qadr + 1], qpos_grad[w, k, qadr + 2], qpos_grad[w, k, qadr + 3], qpos_grad[w, k, qadr])
+  r = wp.quat_inverse(q) * g
+  return 0.5 * r[i]
 
 
 @wp.kernel

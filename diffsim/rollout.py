@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import warp as wp
 
-from .kernels import load_quat
+from .kernels import init_state, load_quat, tangent_grad
 from .params import Param, ParamLayout
 from .step import FiniteDifferenceStep, resolve_eps
 
@@ -102,52 +102,6 @@ class _Buffers:
 
 
 @wp.kernel
-def _init_state(
-  # In:
-  qpos0: wp.array2d[float],  # (nworld or 1, nq)
-  qvel0: wp.array2d[float],  # (nworld or 1, nv)
-  act0: wp.array2d[float],  # (nworld or 1, na)
-  # Out:
-  qpos_out: wp.array3d[float],
-  qvel_out: wp.array3d[float],
-  act_out: wp.array3d[float],
-  warm_out: wp.array2d[float],
-):
-  w = wp.tid()
-  for i in range(qpos_out.shape[2]):
-    qpos_out[w, 0, i] = qpos0[w % qpos0.shape[0], i]
-  for i in range(qvel_out.shape[2]):
-    qvel_out[w, 0, i] = qvel0[w % qvel0.shape[0], i]
-    warm_out[w, i] = 0.0
-  for i in range(act_out.shape[2]):
-    act_out[w, 0, i] = act0[w % act0.shape[0], i]
-
-
-@wp.func
-def _tangent_grad(
-  c: int, w: int, k: int,
-  jnt_type: wp.array[int], jnt_qposadr: wp.array[int], jnt_dofadr: wp.array[int], dof_jntid: wp.array[int],
-  qpos: wp.array3d[float], qpos_grad: wp.array3d[float],
-) -> float:
-  """dL/d(tangent dof c) from dL/dqpos: for quaternions `0.5 Im(conj(q) * g)` (`dq = 0.5 q * (0, v)`)."""
-  j = dof_jntid[c]
-  typ = jnt_type[j]
-  qadr = jnt_qposadr[j]
-  i = c - jnt_dofadr[j]
-  if typ == _FREE:
-    if i < 3:
-      return qpos_grad[w, k, qadr + i]
-    qadr += 3
-    i -= 3
-  elif typ != _BALL:
-    return qpos_grad[w, k, qadr + i]
-  q = wp.quat(qpos[w, k, qadr + 1], qpos[w, k, qadr + 2], qpos[w, k, qadr + 3], qpos[w, k, qadr])
-  g = wp.quat(qpos_grad[w, k, qadr + 1], qpos_grad[w, k, qadr + 2], qpos_grad[w, k, qadr + 3], qpos_grad[w, k, qadr])
-  r = wp.quat_inverse(q) * g
-  return 0.5 * r[i]
-
-
-@wp.kernel
 def _adjoint_step(
   # Model:
   nv: int,
@@ -181,7 +135,7 @@ def _adjoint_step(
   for s in range(sjac.shape[2]):
     g += sjac[w, k, s, c] * sensordata_grad[w, k, s]
   if c < nv:
-    lam[w, k, c] = g + _tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
+    lam[w, k, c] = g + tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
   elif c < 2 * nv:
     lam[w, k, c] = g + qvel_grad[w, k, c - nv]
   elif c < nx:
@@ -364,6 +318,13 @@ class Rollout:
   def params(self) -> list[Param]:
     return self.layout.params
 
+  @property
+  def forward_stepper(self) -> FiniteDifferenceStep:
+    """The one-lane stepper of forward-only calls, for custom per-step loops (a closed-loop rollout
+    that computes each step's control from the state, as iLQR's line search does): call `begin()`,
+    then `step(traj, ctrl, warm, k)` for each step and `sense(traj, ctrl, warm, nstep)`."""
+    return self._fwd
+
   def __call__(self, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False) -> Trajectory:
     return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self._buf, linearize=linearize)
 
@@ -456,7 +417,7 @@ class Rollout:
       # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
       for a in (b.qpos, b.qvel, b.act, b.sensordata):
         a.grad.zero_()
-    wp.launch(_init_state, dim=self.scene.nworld, device=self.scene.device, inputs=list(call.state0),
+    wp.launch(init_state, dim=self.scene.nworld, device=self.scene.device, inputs=list(call.state0),
               outputs=[b.qpos, b.qvel, b.act, b.warm])
 
   def _step(self, call: _Call, k: int) -> None:
@@ -486,11 +447,6 @@ class Rollout:
     for p, off in zip(self.layout.params, self.layout.offsets):
       wp.launch(_scatter_add, dim=(n, p.dim), device=scene.device, inputs=[b.theta_grad, int(off)],
                 outputs=[p.value.grad])
-
-
-def _forward_step(ro: Rollout) -> FiniteDifferenceStep:
-  """The one-lane stepper for forward-only calls of a Rollout."""
-  return ro._fwd
 
 
 def check_finite(traj: Trajectory) -> None:

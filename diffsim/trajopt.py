@@ -33,8 +33,8 @@ import warp as wp
 from . import losses
 from .losses import CTRL, QPOS, QVEL, SENSOR
 from .graph import capture as _capture
-from .kernels import load_quat, quat_sub
-from .rollout import Rollout, Trajectory, _forward_step, _init_state, _tangent_grad
+from .kernels import init_state, load_quat, quat_sub, tangent_grad
+from .rollout import Rollout, Trajectory
 
 __all__ = ["TrajectoryProblem", "TrajectoryResult", "optimize_trajectory", "METHODS"]
 
@@ -152,9 +152,6 @@ class TrajectoryProblem:
     self.ctrl = f(guess, True)
     self.qpos0, self.qvel0, self.act0 = f(q0), f(v0), f(a0)
     self.rollout = Rollout(scene, T, params=params, central=central, eps=eps)
-    # the one-lane stepper of forward-only calls, made now: it allocates the scene's one-lane MJWarp
-    # Data, whose initialization a graph capture would record instead of running
-    _forward_step(self.rollout)
     self._solvers: dict = {}
     self._eval_stage = self._eval_graph = None
 
@@ -415,7 +412,7 @@ def _ilqr_gradients(
   nstep = gu_out.shape[1]
   ns = sjac.shape[2]
   for c in range(nv):
-    gx_out[w, k, c] = _tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
+    gx_out[w, k, c] = tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
     gx_out[w, k, nv + c] = qvel_grad[w, k, c]
   for c in range(na):
     gx_out[w, k, 2 * nv + c] = act_grad[w, k, c]
@@ -1078,7 +1075,7 @@ class _ILQR(_Solver):
                                    z(n, T + 1, s.nsensordata), ctrl, s.dt)
     self.ctraj, self.ntraj = traj(self.ctrl_c), traj(self.ctrl_next)
     self.nom = None
-    self.fwd = _forward_step(problem.rollout)
+    self.fwd = problem.rollout.forward_stepper
 
   def _start(self, ctrl0):
     super()._start(ctrl0)
@@ -1121,7 +1118,7 @@ class _ILQR(_Solver):
     p, s, fwd, ct, nom = self.p, self.p.scene, self.fwd, self.ctraj, self.nom
     n, T = p.nworld, p.horizon
     fwd.begin()
-    self._launch(_init_state, n, [p.qpos0, p.qvel0, p.act0], [ct.qpos, ct.qvel, ct.act, self.warm])
+    self._launch(init_state, n, [p.qpos0, p.qvel0, p.act0], [ct.qpos, ct.qvel, ct.act, self.warm])
     for k in range(T):
       self._launch(_ilqr_feedback, n,
                    [s.nv, s.na, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, k, self.alphas, self.aidx,
