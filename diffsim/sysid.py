@@ -157,7 +157,8 @@ def _tangent_linear(
   nv: int,
   nu: int,
   nparam: int,
-  k: int,
+  k0: int,
+  count: wp.array[int],  # (1,) step k = k0 + count[0] (see `Rollout.stages`)
   nstep: int,
   step_slot: wp.array2d[int],  # (nworld, nstep + 1) sample slot of each step, -1: none
   jac: wp.array4d[float],  # (nworld, nstep, nx, nz) step Jacobians [A B P]
@@ -171,6 +172,7 @@ def _tangent_linear(
   # columns c < nparam are parameters (direct terms P, Q); the others are initial velocities,
   # which enter only through dx_0
   w, c = wp.tid()
+  k = k0 + count[0]
   nx = dx_in.shape[1]
   th = nx + nu + c  # column of theta_c in z
   j = step_slot[w, k]
@@ -665,7 +667,7 @@ class _Problem:
     self.weight = f32(wgt)
     self.res = wp.zeros((self.nworld, S, self.nres), dtype=float, device=dev, requires_grad=True)
     self.rjac = wp.zeros((self.nworld, S, self.nres, self.ncol), dtype=float, device=dev)
-    self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]
+    self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]  # in, out
     self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
     self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
@@ -723,16 +725,19 @@ class _Problem:
     return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=linearize)
 
   def _stages(self, *, linearize: bool) -> list:
+    """Rollout, residuals and (linearized) their Jacobian, as stages to capture (`Rollout.stages`)."""
     stages, traj = self.ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0,
-                                  linearize=linearize)
+                                  linearize=linearize, after_step=self._propagate_step if linearize else None)
+
+    def start():
+      wp.copy(self.dx[0], self.dx0)
+      self.rjac.zero_()
 
     def finish():
       self.traj = traj
       self._residuals(traj)
-      if linearize:
-        self._propagate()
 
-    return stages + [(finish, 1)]
+    return ([(start, 1)] if linearize else []) + stages + [(finish, 1)]
 
   def _replay(self, replay: Replay) -> None:
     self.nrollout += 1
@@ -788,16 +793,15 @@ class _Problem:
     gv = gw[free, n:].reshape(S, self.nfree, k)
     return _Normal(cost, Htt, Htv, Hvv, gt, gv)
 
-  def _propagate(self) -> None:
-    """Tangent-linear sweep: `rjac` = d(residual)/d(theta) from the step Jacobians."""
+  def _propagate_step(self, k0: int, count: wp.array) -> None:
+    """One step of the tangent-linear sweep (`rjac` = d(residual)/d(theta) from the step Jacobians),
+    run right after the rollout forms step `k0 + count[0]`'s Jacobians."""
     s = self.scene
     J, Sj = self.ro.jacobians()
-    wp.copy(self.dx[0], self.dx0)
-    self.rjac.zero_()
-    for k in range(self.nstep + 1):
-      wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
-                inputs=[s.nv, s.nu, self.nparam, k, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[k % 2]],
-                outputs=[self.dx[(k + 1) % 2], self.rjac])
+    wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
+              inputs=[s.nv, s.nu, self.nparam, k0, count, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[0]],
+              outputs=[self.dx[1], self.rjac])
+    wp.copy(self.dx[0], self.dx[1])
 
   def _jacobian_tape(self):
     """Residual Jacobian by reverse mode: one backward pass per residual block (sample, signal)."""
