@@ -39,21 +39,25 @@ Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--steps 30
 Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json`. `--quick`: 1 and 2
 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under a minute warm).
 
-Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu`, 2.5 minutes, nothing
-else running; one run, so absolute times carry that machine's load):
+Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
+2.5 minutes, nothing else running; one run, so absolute times carry that machine's load; an earlier
+run, before the tangent-linear sweep moved into the step graph, gave 0.243 s / 0.66 s and 17.2 s /
+29.3 s):
 
   traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  compile  iterations  rollouts (worlds)  rel.err sysid/diffsim
-  1     300    10      0.243 s       0.66 s   0.37           3.6 s    5 / 4       66x1 / 5 (21)      1.0e-14 / 9.8e-07
-  64    300    10      17.2 s        29.3 s   0.59           3.6 s    5 / 4       76x64 / 5 (1344)   3.6e-15 / 3.3e-07
+  1     300    10      0.204 s       0.74 s   0.27           3.0 s    5 / 4       66x1 / 5 (21)      1.0e-14 / 9.8e-07
+  64    300    10      14.1 s        25.5 s   0.55           3.0 s    5 / 4       76x64 / 5 (1344)   3.6e-15 / 3.3e-07
 
 On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64), but
-is within 3x of `mujoco.sysid` on one trajectory and 1.7x on 64:
-  - What made it 48x (1 trajectory) and 3.4x (64) faster than the first version (31.6 s and 99 s):
+is within 3-4x of `mujoco.sysid` on one trajectory and 2x on 64:
+  - What made it ~45x (1 trajectory) and ~3.5x (64) faster than the first version (31.6 s and 99 s):
     the linearized rollout is captured once and replayed (an MJWarp step launched from Python costs
     ~8 ms of launch overhead on the CPU; replayed, ~0.1 ms), its step captured once and replayed
-    `nstep` times (capturing 301 steps cost 9 s); forward instead of central differences and no
-    control lanes (51 -> 21 lanes per trajectory).
-  - 1 trajectory: 5 replays of 301 steps x 21 worlds; the rest is capture (~0.05 s) and the host.
+    `nstep` times, with the tangent-linear sweep inside it (capturing 301 steps cost 9 s); forward
+    instead of central differences and no control lanes (51 -> 21 lanes per trajectory).
+  - 1 trajectory (profiled): ~0.4 s in 5 x 303 graph replays (~0.25 ms per step of 21 worlds),
+    ~0.2 s building the scene and MJWarp Data, ~0.1 s capture, ~0.1 s `set_const` after each
+    armature change (MJWarp's call has ~17 ms of Python overhead).
   - 64 trajectories: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on
     one thread (~70k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
     on all threads). diffsim simulates 1 + 20 worlds per trajectory against `mujoco.sysid`'s
