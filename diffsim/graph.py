@@ -59,9 +59,11 @@ class Replay:
       self.enabled = self.graphs is not None
       if ran:
         return
-    for fn_or_graph, reps in self.graphs or self.stages:
-      for _ in range(reps):
-        if self.graphs:
-          wp.capture_launch(fn_or_graph)
-        else:
-          fn_or_graph()
+    if self.graphs:
+      for graph, reps in self.graphs:
+        for _ in range(reps):
+          wp.capture_launch(graph)
+    else:
+      for fn, reps in self.stages:
+        for _ in range(reps):
+          fn()

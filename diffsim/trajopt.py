@@ -32,7 +32,7 @@ import warp as wp
 
 from . import losses
 from .losses import CTRL, QPOS, QVEL, SENSOR
-from .graph import capture as _capture
+from .graph import Replay
 from .kernels import init_state, load_quat, quat_sub, tangent_grad
 from .rollout import Rollout, Trajectory
 
@@ -153,7 +153,7 @@ class TrajectoryProblem:
     self.qpos0, self.qvel0, self.act0 = f(q0), f(v0), f(a0)
     self.rollout = Rollout(scene, T, params=params, central=central, eps=eps)
     self._solvers: dict = {}
-    self._eval_stage = self._eval_graph = None
+    self._eval = None  # the evaluation's graph replay, made on first use
 
   @staticmethod
   def _check_guess(x, name, n, T, nu, lo, hi) -> np.ndarray:
@@ -188,22 +188,15 @@ class TrajectoryProblem:
     else:
       wp.copy(self.ctrl, self.ctrl_init)
     self._refresh_constants()
-    if self._eval_stage is None:
+    if self._eval is None:
       self._eval_cost = wp.zeros(self.nworld, dtype=float, device=self.scene.device)
 
       def stage():
         self._eval_traj = self._run(self.ctrl)
         self.cost.evaluate(self._eval_traj, self._eval_cost)
 
-      self._eval_stage = stage
-      graphs, ran = _capture(self.scene.device, [(stage, 1)])
-      self._eval_graph = graphs[0][0] if graphs else None
-      if ran:
-        return self._eval_cost.numpy(), self._eval_traj
-    if self._eval_graph is not None:
-      wp.capture_launch(self._eval_graph)
-    else:
-      self._eval_stage()
+      self._eval = Replay(self.scene.device, stage)
+    self._eval()
     return self._eval_cost.numpy(), self._eval_traj
 
   def _run(self, ctrl, **kw) -> Trajectory:
@@ -893,7 +886,7 @@ class _Solver:
     self.opt = options
     self.capacity = capacity
     self.capture = capture
-    self.graphs = None
+    self._replay = None  # the iteration's stages, captured on the first step
     s, dev, n, T = problem.scene, problem.scene.device, problem.nworld, problem.horizon
     self.it = wp.zeros(1, dtype=int, device=dev)
     self.history = wp.zeros((capacity, n), dtype=float, device=dev)
@@ -912,19 +905,9 @@ class _Solver:
 
   def _step(self) -> None:
     """Advances every world by one iteration with launches only (no host copies)."""
-    if self.graphs is None and self.capture:
-      self.graphs, ran = _capture(self.p.scene.device, self._stages())
-      self.capture = self.graphs is not None
-      if ran:
-        return
-    if self.graphs:
-      for graph, reps in self.graphs:
-        for _ in range(reps):
-          wp.capture_launch(graph)
-    else:
-      for fn, reps in self._stages():
-        for _ in range(reps):
-          fn()
+    if self._replay is None:
+      self._replay = Replay(self.p.scene.device, self._stages(), self.capture)
+    self._replay()
 
   def _record(self, cost: wp.array, ctrl: wp.array, traj) -> None:
     """History row `it` = cost; where it beats the best so far, keep controls and trajectory."""
