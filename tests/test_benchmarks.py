@@ -44,3 +44,10 @@ def test_benchmark_suite_runs_quick(tmp_path):
   saved = json.loads((tmp_path / "cpu.json").read_text())
   assert saved["sections"]["rollout"] == report["sections"]["rollout"]
   assert "## trajopt" in (tmp_path / "cpu.md").read_text()
+
+
+def test_bench_rollout_skips_gradients_beyond_the_world_cap():
+  row = bench_rollout.bench_case("cartpole", 2, 3, "cpu", 1, grad_max_worlds=10)  # 2 worlds x 11 lanes > 10
+  assert row["grad_s"] is None and row["grad_over_fwd"] is None and row["nlane"] == 11
+  assert row["fwd_captured_wsps"] > 0
+  assert "skipped" in bench_rollout.table([row])
