@@ -20,9 +20,9 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
   - diffsim: `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise (Levenberg-Marquardt
-    on MJWarp in float32; per-step forward-difference Jacobians over the state and the parameters
-    in `1 + 2 nv + nparam` lanes per world (controls are data: no lanes), propagated forward to the
-    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs).
+    on MJWarp in float32; the residual Jacobian in forward mode, forward differences: `1 + nparam`
+    lanes per world, each moving the state along its parameter's tangent; one linearized rollout
+    per iteration, replayed from captured graphs).
 
 Measured per case: wall time of each tool's whole call (median of up to `--repeats` runs, the two
 tools alternating so that load from other processes hits both alike; repeats stop once a tool has
@@ -40,31 +40,33 @@ Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json`. `--
 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under a minute warm).
 
 Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
-2.5 minutes, nothing else running; one run, so absolute times carry that machine's load; an earlier
-run, before the tangent-linear sweep moved into the step graph, gave 0.243 s / 0.66 s and 17.2 s /
-29.3 s):
+2.5 minutes, nothing else running; absolute times carry that machine's load; two runs gave the
+same figures within 10%):
 
   traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  compile  iterations  rollouts (worlds)  rel.err sysid/diffsim
-  1     300    10      0.204 s       0.74 s   0.27           3.0 s    5 / 4       66x1 / 5 (21)      1.0e-14 / 9.8e-07
-  64    300    10      14.1 s        25.5 s   0.55           3.0 s    5 / 4       76x64 / 5 (1344)   3.6e-15 / 3.3e-07
+  1     300    10      0.156 s       0.42 s   0.37           2.2 s    5 / 5       66x1 / 6 (11)      1.0e-14 / 1.1e-06
+  64    300    10      11.6 s        10.7 s   1.09           2.2 s    5 / 4       76x64 / 5 (704)    3.6e-15 / 7.9e-07
 
-On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64), but
-is within 3-4x of `mujoco.sysid` on one trajectory and 2x on 64:
-  - What made it ~45x (1 trajectory) and ~3.5x (64) faster than the first version (31.6 s and 99 s):
-    the linearized rollout is captured once and replayed (an MJWarp step launched from Python costs
-    ~8 ms of launch overhead on the CPU; replayed, ~0.1 ms), its step captured once and replayed
-    `nstep` times, with the tangent-linear sweep inside it (capturing 301 steps cost 9 s); forward
-    instead of central differences and no control lanes (51 -> 21 lanes per trajectory).
-  - 1 trajectory (profiled): ~0.4 s in 5 x 303 graph replays (~0.25 ms per step of 21 worlds),
-    ~0.2 s building the scene and MJWarp Data, ~0.1 s capture, ~0.1 s `set_const` after each
-    armature change (MJWarp's call has ~17 ms of Python overhead).
+On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64): it
+is 2.7x slower than `mujoco.sysid` on one trajectory and level with it on 64.
+  - History (same benchmark): the first version took 31.6 s and 99 s; capturing the linearized
+    rollout once and replaying it (an MJWarp step launched from Python costs ~8 ms of launch
+    overhead on the CPU; replayed, ~0.1 ms), with its step captured once and replayed `nstep`
+    times, forward differences and no control lanes gave 0.74 s and 25.5 s (21 lanes per
+    trajectory); forward mode (`Rollout(directions=)`, 11 lanes: one per parameter instead of
+    the step Jacobians' `1 + 2 nv + nparam`) 0.42 s and 10.7 s.
+  - 1 trajectory (profiled, 0.38 s): 0.24 s in 6 x 304 graph replays (~0.13 ms per step of 11
+    worlds), 0.09 s in `set_const` after each armature change (launched from Python: it allocates,
+    so no graph can hold it), 0.08 s capture, 0.13 s building the scene and MJWarp Data.
   - 64 trajectories: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on
-    one thread (~70k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
-    on all threads). diffsim simulates 1 + 20 worlds per trajectory against `mujoco.sysid`'s
-    1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76).
+    one thread (~100k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
+    on all threads). diffsim simulates 1 + 10 worlds per trajectory, as many as `mujoco.sysid`'s
+    1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76). Two Warp CPU
+    graphs replayed from two Python threads at once abort in Warp's tile arena (not thread-safe),
+    so the second core stays idle.
   - Accuracy: both land on the truth; diffsim to float32 resolution (~1e-7..1e-6 relative),
     `mujoco.sysid` to float64's.
-The targets are meant for a GPU, where the 21 x 64 worlds of a step run in parallel; run this file
+The targets are meant for a GPU, where the 11 x 64 worlds of a step run in parallel; run this file
 with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
 """
 
@@ -279,7 +281,7 @@ def run_diffsim(prob: Problem, iters: int, device) -> dict:
                          iters=iters, device=device, out=None, plots=False)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
-          "fun": res.fun}
+          "fun": res.fun, "sim_worlds": res.sim_worlds}
 
 
 def compile_time(kinds, device) -> float:
@@ -328,8 +330,8 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     row[f"{tool}_fun"] = float(last["fun"])
     row[f"{tool}_message"] = str(last["message"])
     row[f"{tool}_theta"] = [float(v) for v in last["theta"]]
-  # MJWarp worlds of a linearized rollout: forward differences over the state and the parameters
-  row["diffsim_worlds"] = ntraj * (1 + 2 * prob.mjm.nv + prob.mjm.na + prob.truth.size)
+  # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
+  row["diffsim_worlds"] = int(runs["diffsim"][-1]["sim_worlds"])
   row["speedup"] = row["sysid_s"] / row["diffsim_s"]
   return row
 

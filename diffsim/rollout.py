@@ -11,13 +11,16 @@ runs the adjoint recursion with kernels only:
 
 in the tangent space of `qpos` (quaternion gradients are mapped to and from it).
 
-`Rollout` is the same with every buffer allocated once, for loops and graph capture.
+`Rollout` is the same with every buffer allocated once, for loops and graph capture. With
+`directions=m` it runs in forward mode instead: a linearized rollout propagates `m` tangents of
+the trajectory (`Rollout.tangents()`), one lane each, for when only a few derivatives of every
+state and sensor are needed (system identification with a handful of parameters).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import warp as wp
@@ -91,7 +94,13 @@ class _Buffers:
     self.qvel0 = z(1, scene.nv)
     self.act0 = z(1, scene.na)
     self.sinks = (z(1, scene.nq), z(1, scene.nv), z(1, scene.na))
-    if fd.differentiable:
+    if fd.ndir:
+      # forward mode: tangents of states and sensors, no adjoint
+      self.jac = z(n, nstep + 1, scene.nx, fd.ndir)
+      self.sjac = z(n, nstep + 1, scene.nsensordata, fd.ndir)
+      self.tangent0 = z(1, scene.nx, fd.ndir)  # default: parameters only
+      self.lam = self.theta_grad = self.ctrl_grad = None
+    elif fd.differentiable:
       self.jac = z(n, nstep, scene.nx, fd.nz)
       self.sjac = z(n, nstep + 1, scene.nsensordata, fd.nz)
       self.lam = z(n, nstep + 1, scene.nx)
@@ -202,6 +211,15 @@ def _scatter_add(
 
 
 @wp.kernel
+def _seed_tangents(
+  tangent0: wp.array3d[float],  # (nworld or 1, nx, ndir)
+  dx_out: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir)
+):
+  w, i, c = wp.tid()
+  dx_out[w, 0, i, c] = tangent0[w % tangent0.shape[0], i, c]
+
+
+@wp.kernel
 def _count_nonfinite(a: wp.array3d[float], count: wp.array[int]):
   w, k, i = wp.tid()
   if not wp.isfinite(a[w, k, i]):
@@ -272,6 +290,7 @@ class _Call:
   b: _Buffers
   ctrl: wp.array
   state0: tuple  # (qpos0, qvel0, act0) device arrays
+  tangent0: wp.array | None  # (nworld or 1, nx, ndir) forward mode's initial tangents
   differentiate: bool
   stepper: FiniteDifferenceStep
   traj: Trajectory
@@ -290,6 +309,12 @@ class Rollout:
       only state and parameter derivatives are needed (then `ctrl` may not require grad on a tape).
     eps: finite-difference steps (a float, or a dict by input group; see `FiniteDifferenceStep`).
     check: after each call, raise `DivergenceError` on NaN/Inf (one host read); off in captures.
+    directions: forward mode with `m` tangent directions (`0`: off). Then `linearize=True` forms no
+      Jacobians: it propagates the tangents `dx_k[:, c] = d x_k / d alpha_c` of the trajectory
+      along `m` directions `alpha_c` of the inputs — the initial state along `tangent0[:, :, c]`
+      (an argument of the call, default 0) and, for `c < nparam`, parameter `c` by one unit — and
+      `tangents()` returns them. `1 + m` lanes (forward differences) or `1 + 2 m` (central) instead
+      of `1 + nx + nparam (+ nu)`; no tape gradients (no adjoint).
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -298,14 +323,14 @@ class Rollout:
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
                central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
-               check: bool = False):
+               check: bool = False, directions: int = 0):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     self.scene = scene
     self.nstep = int(nstep)
     self.layout = ParamLayout(scene, params)
     self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
-                                   ctrl_jacobian=ctrl_jacobian, eps=eps)
+                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions)
     self.check = check
     self._buf = _Buffers(scene, self.nstep, self.fd)
     # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
@@ -325,8 +350,10 @@ class Rollout:
     then `step(traj, ctrl, warm, k)` for each step and `sense(traj, ctrl, warm, nstep)`."""
     return self._fwd
 
-  def __call__(self, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False) -> Trajectory:
-    return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self._buf, linearize=linearize)
+  def __call__(self, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False,
+               tangent0=None) -> Trajectory:
+    return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self._buf, linearize=linearize,
+                    tangent0=tangent0)
 
   def update_constants(self) -> None:
     """Writes the parameters and recomputes derived constants (`set_const`) outside a graph.
@@ -340,17 +367,33 @@ class Rollout:
 
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
+    if self.fd.ndir:
+      raise RuntimeError("a Rollout built with directions= forms tangents, not step Jacobians; read tangents()")
     return self._buf.jac, self._buf.sjac
 
-  def run(self, ctrl, *, qpos0=None, qvel0=None, act0=None, buffers=None, linearize: bool = False) -> Trajectory:
+  def tangents(self) -> tuple[wp.array, wp.array]:
+    """Forward mode (`directions=m`): the tangents of the last linearized call,
+    `dX` `(nworld, nstep + 1, nx, m)` (state rows: qpos in the tangent space, qvel, act) and
+    `dS` `(nworld, nstep + 1, nsensordata, m)`, column `c` the derivative along direction `c`."""
+    if not self.fd.ndir:
+      raise RuntimeError("tangents() needs a Rollout built with directions=m (forward mode)")
+    return self._buf.jac, self._buf.sjac
+
+  def run(self, ctrl, *, qpos0=None, qvel0=None, act0=None, buffers=None, linearize: bool = False,
+          tangent0=None) -> Trajectory:
     """Runs the rollout; see the class docstring. `linearize=True` forms the Jacobians (read them
-    with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton."""
+    with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton; in forward mode the tangents
+    from `tangent0` (read them with `tangents()`)."""
     b = buffers or _Buffers(self.scene, self.nstep, self.fd)
     tape = wp._src.context.runtime.tape
+    if tape is not None and self.fd.ndir:
+      raise RuntimeError("a Rollout built with directions= (forward mode) has no backward pass for a tape; "
+                         "build one without directions for tape gradients")
     if tape is not None and ctrl.requires_grad and not self.fd.ctrl_jacobian:
       raise ValueError("ctrl requires grad on a tape, but this Rollout was built with ctrl_jacobian=False; "
                        "build it with ctrl_jacobian=True, or pass ctrl without requires_grad")
-    call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize)
+    call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize,
+                         tangent0=tangent0)
     traj = call.traj
     # MJWarp kernels have no adjoints: keep every launch below off the tape
     wp._src.context.runtime.tape = None
@@ -373,7 +416,7 @@ class Rollout:
     return traj
 
   def stages(self, ctrl, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False,
-             after_step: Callable[[int, wp.array], None] | None = None) -> tuple[list, Trajectory]:
+             tangent0=None) -> tuple[list, Trajectory]:
     """The rollout as graph-capture stages, for loops that replay it (no tape).
 
     Returns `(stages, traj)`: `stages` is `[(fn, repeats)]` — the start, one step repeated `nstep`
@@ -381,29 +424,21 @@ class Rollout:
     `diffsim.graph.capture` and replay in order; `traj` is the `Trajectory` the replays write. The
     arrays passed are the ones every replay reads. Capturing one step instead of `nstep` makes the
     capture cost independent of the horizon (on the CPU, capturing an MJWarp step costs tens of ms).
-
-    `after_step(k0, count)` launches kernels that run after each step and after the final sensors
-    (e.g. a tangent-linear sweep over the step Jacobians); they read the step just formed as
-    `k0 + count[0]` (`count`: `(1,)` int device array).
     """
-    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize)
+    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0)
     count = call.stepper.count
 
     def step():
       self._step(call, 0)
-      if after_step is not None:
-        after_step(0, count)
       call.stepper.advance()
 
     def last():
       count.zero_()  # back to absolute step indices
       self._epilogue(call)
-      if after_step is not None:
-        after_step(self.nstep, count)
 
     return [(lambda: self._prologue(call), 1), (step, self.nstep), (last, 1)], call.traj
 
-  def _prepare(self, ctrl, qpos0, qvel0, act0, b: _Buffers, *, differentiate: bool) -> _Call:
+  def _prepare(self, ctrl, qpos0, qvel0, act0, b: _Buffers, *, differentiate: bool, tangent0=None) -> _Call:
     """Checks the inputs of a call (host only) and picks its stepper."""
     scene = self.scene
     if _check_ctrl(scene, ctrl) != self.nstep:
@@ -415,7 +450,19 @@ class Rollout:
     if differentiate and not self.fd.differentiable:
       raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
                          "to linearize; build it with differentiable=True")
-    return _Call(b, ctrl, state0, differentiate, self.fd if differentiate else self._fwd,
+    if tangent0 is not None and not self.fd.ndir:
+      raise ValueError("tangent0 is for forward mode; build the Rollout with directions=m")
+    if self.fd.ndir:
+      shape = (scene.nx, self.fd.ndir)
+      if tangent0 is None:
+        tangent0 = b.tangent0
+      elif not isinstance(tangent0, wp.array) or tangent0.dtype != wp.float32 or tangent0.device != scene.device:
+        raise TypeError(f"tangent0 must be a float32 wp.array on {scene.device} of shape (nworld, {shape[0]}, "
+                        f"{shape[1]}) or (1, ...)")
+      elif tangent0.ndim != 3 or tangent0.shape[1:] != shape or tangent0.shape[0] not in (1, n):
+        raise ValueError(f"tangent0 must have shape (nworld={n}, nx={shape[0]}, directions={shape[1]}) or "
+                         f"(1, {shape[0]}, {shape[1]}), got {tangent0.shape}")
+    return _Call(b, ctrl, state0, tangent0, differentiate, self.fd if differentiate else self._fwd,
                  Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt))
 
   def _prologue(self, call: _Call) -> None:
@@ -423,7 +470,10 @@ class Rollout:
     differentiate = call.differentiate
     self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
     stepper.begin()
-    if differentiate:
+    if differentiate and fd.ndir:
+      wp.launch(_seed_tangents, dim=(self.scene.nworld, self.scene.nx, fd.ndir), device=self.scene.device,
+                inputs=[call.tangent0], outputs=[b.jac])
+    elif differentiate:
       # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
       for a in (b.qpos, b.qvel, b.act, b.sensordata):
         a.grad.zero_()

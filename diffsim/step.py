@@ -16,6 +16,17 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
 world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
 `SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
 
+Forward mode (`directions=m`): when only a few derivatives of the whole trajectory are needed
+(system identification: d(trajectory)/d(theta), a handful of parameters), forming `J` costs
+`2 nv + na` lanes more than necessary. Instead, lane `1 + c` steps the state moved along the
+tangent `dx_k[:, c]` *and* (for `c < nparam`) parameter `c` moved by one unit, both scaled by one
+step `h`, so its difference from the nominal lane is directly the next tangent,
+
+  dx_{k+1}[:, c] = A dx_k[:, c] + P e_c,   ds_k[:, c] = C dx_k[:, c] + Q e_c,
+
+the tangent-linear recursion without forming `A`: `1 + m` lanes (forward) instead of
+`1 + nx + nparam`, and no matrix product per step.
+
 `FiniteDifferenceStep` is the only place that knows how Jacobians are made; an analytic adjoint
 can replace it behind the same three methods (`begin`, `step`, `sense`).
 """
@@ -218,6 +229,158 @@ def _lanes_out(
     jac_out[w, step, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
 
 
+@wp.func
+def _tangent_scale(
+  c: int, w: int, step: int, nparam: int, eps_state: float,
+  h_param: wp.array2d[float],  # (nworld, nparam) realized parameter steps
+  dx: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir)
+) -> float:
+  """Step `h` along direction `c`: a parameter direction keeps the parameter's realized step (its
+  model rows are written once per rollout); a state-only direction is scaled so that its largest
+  component moves by `eps_state`."""
+  if c < nparam:
+    return h_param[w, c]
+  m = float(0.0)
+  for i in range(dx.shape[2]):
+    m = wp.max(m, wp.abs(dx[w, step, i, c]))
+  if m > 0.0:
+    return eps_state / m
+  return eps_state
+
+
+@wp.kernel
+def _tangent_lanes_in(
+  # Model:
+  nworld: int,
+  njnt: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  # In:
+  nparam: int,
+  eps_state: float,
+  lane_coord: wp.array[int],  # (nlane,) direction moved along by the lane, -1: nominal
+  lane_sign: wp.array[float],  # (nlane,)
+  step0: int,
+  ctrl_step0: int,
+  step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
+  h_param: wp.array2d[float],  # (nworld, nparam)
+  dx: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir) tangents, row `step` read
+  qpos_in: wp.array3d[float],  # (nworld, nstep + 1, nq)
+  qvel_in: wp.array3d[float],  # (nworld, nstep + 1, nv)
+  act_in: wp.array3d[float],  # (nworld, nstep + 1, na)
+  ctrl_in: wp.array3d[float],  # (nworld, nstep, nu)
+  warm_in: wp.array2d[float],  # (nworld, nv)
+  # Data out:
+  qpos_out: wp.array2d[float],  # (nlane * nworld, nq)
+  qvel_out: wp.array2d[float],
+  act_out: wp.array2d[float],
+  ctrl_out: wp.array2d[float],
+  qacc_warmstart_out: wp.array2d[float],
+  # Out:
+  h_out: wp.array2d[float],  # (nworld, ndir) step of each direction
+):
+  step = step0 + step_count[0]
+  ctrl_step = ctrl_step0 + step_count[0]
+  lw = wp.tid()
+  w = lw % nworld
+  lane = lw // nworld
+  nq = qpos_out.shape[1]
+  nv = qvel_out.shape[1]
+  na = act_out.shape[1]
+  for i in range(nq):
+    qpos_out[lw, i] = qpos_in[w, step, i]
+  for i in range(nv):
+    qvel_out[lw, i] = qvel_in[w, step, i]
+    qacc_warmstart_out[lw, i] = warm_in[w, i]
+  for i in range(na):
+    act_out[lw, i] = act_in[w, step, i]
+  for i in range(ctrl_out.shape[1]):
+    ctrl_out[lw, i] = ctrl_in[w, ctrl_step, i]
+
+  c = lane_coord[lane]
+  if c < 0:
+    return
+  h = _tangent_scale(c, w, step, nparam, eps_state, h_param, dx)
+  if lane_sign[lane] > 0.0:
+    h_out[w, c] = h
+  h *= lane_sign[lane]
+  for j in range(njnt):
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    dadr = jnt_dofadr[j]
+    if typ == _SLIDE or typ == _HINGE:
+      qpos_out[lw, qadr] += h * dx[w, step, dadr, c]
+    else:
+      if typ == _FREE:
+        for i in range(3):
+          qpos_out[lw, qadr + i] += h * dx[w, step, dadr + i, c]
+        qadr += 3
+        dadr += 3
+      v = h * wp.vec3(dx[w, step, dadr, c], dx[w, step, dadr + 1, c], dx[w, step, dadr + 2, c])
+      store_quat(qpos_out, lw, qadr, quat_integrate(load_quat(qpos_out, lw, qadr), v))
+  for i in range(nv):
+    qvel_out[lw, i] += h * dx[w, step, nv + i, c]
+  for i in range(na):
+    act_out[lw, i] += h * dx[w, step, 2 * nv + i, c]
+
+
+@wp.kernel
+def _tangent_lanes_out(
+  # Model:
+  nworld: int,
+  njnt: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  # In:
+  central: int,
+  step0: int,
+  step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
+  with_state: int,
+  h_dir: wp.array2d[float],  # (nworld, ndir)
+  # Data in:
+  qpos: wp.array2d[float],  # (nlane * nworld, nq) after the step
+  qvel: wp.array2d[float],
+  act: wp.array2d[float],
+  sensordata: wp.array2d[float],
+  # Out:
+  dx_out: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir) row `step + 1` written
+  ds_out: wp.array4d[float],  # (nworld, nstep + 1, ns, ndir) row `step` written
+):
+  step = step0 + step_count[0]
+  w, c = wp.tid()
+  nv = qvel.shape[1]
+  lp = (1 + c * wp.where(central != 0, 2, 1)) * nworld + w
+  lm = w
+  if central != 0:
+    lm = lp + nworld
+  inv = wp.where(central != 0, 0.5, 1.0) / h_dir[w, c]
+  for s in range(sensordata.shape[1]):
+    ds_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
+  if with_state == 0:
+    return
+  for j in range(njnt):
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    dadr = jnt_dofadr[j]
+    if typ == _SLIDE or typ == _HINGE:
+      dx_out[w, step + 1, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
+    else:
+      if typ == _FREE:
+        for i in range(3):
+          dx_out[w, step + 1, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
+        qadr += 3
+        dadr += 3
+      dq = quat_sub(load_quat(qpos, lp, qadr), load_quat(qpos, lm, qadr)) * inv
+      for i in range(3):
+        dx_out[w, step + 1, dadr + i, c] = dq[i]
+  for i in range(nv):
+    dx_out[w, step + 1, nv + i, c] = (qvel[lp, i] - qvel[lm, i]) * inv
+  for i in range(act.shape[1]):
+    dx_out[w, step + 1, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
+
+
 @wp.kernel
 def _increment(count: wp.array[int]):
   count[0] += 1
@@ -297,21 +460,38 @@ class FiniteDifferenceStep:
       tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
       `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONTACT_QPOS_EPS` in models that
       can make contacts; see the README's note on gradient quality).
+    directions: `m > 0` selects forward mode (see the module docstring): `m` tangent directions, the
+      first `nparam` of which also move their parameter; `step` and `sense` then propagate tangents
+      instead of forming Jacobians (`nlane = 1 + m` forward, `1 + 2 m` central). A parameter
+      direction is stepped by the parameter's step (`eps["param"]`), a state-only one so that its
+      largest component moves by `eps["qpos"]`.
   """
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
-               ctrl_jacobian: bool = True, eps: float | dict = None):
+               ctrl_jacobian: bool = True, eps: float | dict = None, directions: int = 0):
+    if not isinstance(directions, (int, np.integer)) or directions < 0:
+      raise ValueError(f"directions must be a non-negative integer, got {directions!r}")
+    if directions and (not differentiable or directions < nparam):
+      raise ValueError(f"forward mode needs differentiable=True and a direction per parameter "
+                       f"(directions >= nparam = {nparam}), got directions={directions}")
     self.scene = scene
     self.nparam = nparam
     self.nz = scene.nx + scene.nu + nparam
+    self.ndir = int(directions)
     self.differentiable = differentiable
     self.central = bool(central)
-    self.ctrl_jacobian = bool(ctrl_jacobian)
+    self.ctrl_jacobian = bool(ctrl_jacobian) and not self.ndir
     self.eps = resolve_eps(eps, scene.has_contacts)
     coord = [-1]
     sign = [0.0]
     first = np.full(self.nz, -1, np.int32)  # first lane of each coordinate, -1: column not formed
-    if differentiable:
+    if self.ndir:
+      # lanes of direction c: 1 + c (forward); 1 + 2c, 2 + 2c (central), so parameter c's lanes
+      # are those of direction c (`ParamLayout.apply` with lane0 = 1)
+      for c in range(self.ndir):
+        coord += [c, c] if central else [c]
+        sign += [1.0, -1.0] if central else [1.0]
+    elif differentiable:
       for c in range(self.nz):
         if not ctrl_jacobian and scene.nx <= c < scene.nx + scene.nu:
           continue
@@ -331,12 +511,15 @@ class FiniteDifferenceStep:
     self.data = scene.data(self.nlane)
     # steps taken by a captured one-step graph replayed in a loop (see `advance`); 0 when eager
     self.count = wp.zeros(1, dtype=int, device=dev)
+    self.h_dir = wp.zeros((scene.nworld, max(self.ndir, 1)), dtype=float, device=dev)
 
   @property
   def param_lane0(self) -> int:
     """Lane of the first parameter coordinate (-1 when not differentiating)."""
     if not self.differentiable:
       return -1
+    if self.ndir:
+      return 1
     return int(self._first[self.scene.nx + self.scene.nu]) if self.nparam else self.nlane
 
   def begin(self) -> None:
@@ -349,8 +532,16 @@ class FiniteDifferenceStep:
     `step(0); advance()` replayed `n` times runs steps `0 .. n - 1` (call `count.zero_()` after)."""
     wp.launch(_increment, dim=1, device=self.scene.device, outputs=[self.count])
 
-  def _lanes_in(self, traj, ctrl, warm, step: int, ctrl_step: int) -> None:
+  def _lanes_in(self, traj, ctrl, warm, step: int, ctrl_step: int, h_param=None, jac=None) -> None:
     s, d = self.scene, self.data
+    if self.ndir:
+      wp.launch(
+        _tangent_lanes_in, dim=self.nlane * s.nworld, device=s.device,
+        inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, self.nparam, self.eps["qpos"],
+                self.lane_coord, self.lane_sign, step, ctrl_step, self.count, h_param, jac,
+                traj.qpos, traj.qvel, traj.act, ctrl, warm],
+        outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart, self.h_dir])
+      return
     wp.launch(
       _lanes_in, dim=self.nlane * s.nworld, device=s.device,
       inputs=[s.nworld, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
@@ -360,6 +551,13 @@ class FiniteDifferenceStep:
 
   def _lanes_out(self, traj, ctrl, h_param, jac, sjac, step: int, ctrl_step: int, with_state: bool) -> None:
     s, d = self.scene, self.data
+    if self.ndir:
+      wp.launch(
+        _tangent_lanes_out, dim=(s.nworld, self.ndir), device=s.device,
+        inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, int(self.central), step, self.count,
+                int(with_state), self.h_dir, d.qpos, d.qvel, d.act, d.sensordata],
+        outputs=[jac, sjac])
+      return
     wp.launch(
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
       inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
@@ -370,11 +568,13 @@ class FiniteDifferenceStep:
 
   def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None) -> None:
     """Steps state `k` of `traj` with `ctrl[:, k]`: writes state `k + 1`, sensordata `k` and
-    (when differentiable) `jac[:, k]`, `sjac[:, k]`."""
+    (when differentiable) `jac[:, k]`, `sjac[:, k]`; in forward mode `jac` and `sjac` are the
+    tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
+    writes `jac[:, k + 1]` and `sjac[:, k]`."""
     import mujoco_warp as mjw
 
     s, d = self.scene, self.data
-    self._lanes_in(traj, ctrl, warm, k, k)
+    self._lanes_in(traj, ctrl, warm, k, k, h_param, jac)
     mjw.step(s.model, d)
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 1, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
@@ -386,7 +586,7 @@ class FiniteDifferenceStep:
     import mujoco_warp as mjw
 
     s, d = self.scene, self.data
-    self._lanes_in(traj, ctrl, warm, k, k - 1)
+    self._lanes_in(traj, ctrl, warm, k, k - 1, h_param, jac)
     mjw.forward(s.model, d)
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 0, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])

@@ -14,32 +14,37 @@ normal equations on its own (Schur complement), so thousands of shooting segment
 
 Solvers:
   - `"lm"` (default): Levenberg-Marquardt (Gauss-Newton with Marquardt damping, projected onto
-    the bounds). The residual Jacobian comes from *tangent-linear (forward) propagation* of the
-    per-step Jacobians that a linearized rollout forms anyway (`Rollout(linearize=True)`):
-    `dx_{k+1}/dtheta = A_k dx_k/dtheta + P_k`, `ds_k/dtheta = C_k dx_k/dtheta + Q_k`, one kernel
-    launch per step with a thread per (world, parameter). The alternative, reverse mode on the
-    tape, needs one backward sweep per residual block (sample x signal, all worlds at once): cost
-    `nsample * nres` sweeps, growing with the square of the recording length, against one sweep
-    for any length. Measured on CPU (pendulum, 2 parameters, 6 residuals per sample;
-    `jacobian="tape"` gives the same matrix, see the tests):
-
-      samples   linearized rollout   tangent-linear sweep   tape (rollout + backward sweeps)
-      51        0.8 s                0.004 s                2.5 s  (306 sweeps)
-      101       1.8 s                0.012 s                11.6 s (606 sweeps)
-      201       3.5 s                0.009 s                34.6 s (1206 sweeps)
-
-    So an LM iteration costs one linearized rollout; its nominal lane also gives the cost at the
-    trial point, so accepting or rejecting a step needs no extra rollout.
+    the bounds). The residual Jacobian comes from *forward mode*: the linearized rollout
+    (`Rollout(directions=ncol)`) steps, besides each world's nominal lane, one lane per column of
+    the Jacobian — a parameter, or an unknown initial state coordinate of that world — moved along
+    that column's tangent `dx_k/d(unknown)`, so each step's difference from the nominal lane is
+    the next tangent, `A_k dx_k + P_k e`, without forming `A_k`. Lanes per world: `1 + ncol`
+    (forward differences) against `1 + 2 nv + nparam` for the step Jacobians propagated by a
+    matrix product (what this module did before: 11 instead of 21 lanes in the 5-link arm of
+    `benchmarks/bench_sysid.py`, 2.2x faster on 64 trajectories). The alternative, reverse mode
+    on the tape (`jacobian="tape"`), needs one backward sweep per residual block (sample x signal,
+    all worlds at once): `nsample * nres` sweeps, growing with the square of the recording's
+    length, against one rollout for any length. The nominal lane of the linearized rollout also
+    gives the cost at the trial point, so accepting or rejecting a step needs no extra rollout.
+    Precision: a parameter column moves the state by the parameter's step times the tangent, so
+    the state perturbation is not chosen per step, and a signal that depends weakly on a parameter
+    changes by little more than float32 resolves. Against float64 MuJoCo (ball-and-free-joint
+    model, 60 steps, forward differences) the state tangents are within 1e-3 to 9e-3 where
+    propagated step Jacobians are within 2e-4 to 4e-3, and a sensor that barely depends on one
+    parameter within 3e-2 (7e-3); `tests/test_gradients.py` checks both modes. The Jacobian only
+    steers LM and sets the confidence intervals; the residuals, computed exactly, set the minimum
+    (the recovered parameters are as precise as before). `central=True` or `jacobian="tape"` for
+    precise confidence intervals of weakly identified parameters.
   - `"adam"`: first-order, with the gradient of the cost from one `tape.backward()` sweep. For
     problems with very many parameters, where the dense `nparam x nparam` normal equations and the
     `(nworld, nsample, nres, nparam)` Jacobian become the bottleneck; needs far more iterations
-    than LM, and keeps initial states at their measured or estimated values. The step Jacobians are
-    finite differences either way (a lane per state coordinate and parameter; controls are data and
-    get none), so a rollout's cost grows with the parameter count in both.
+    than LM, and keeps initial states at their measured or estimated values. Its rollout forms the
+    step Jacobians by finite differences (a lane per state coordinate and parameter; controls are
+    data and get none), so its cost grows with the parameter count, as LM's does with the columns.
 
-Speed: a rollout is captured once as graphs (`Rollout.stages`: the step is one graph replayed
-`nstep` times, so capturing costs one step whatever the recording's length) and replayed at every
-LM iteration; the host solves the small normal equations in between.
+Speed: the linearized rollout is captured once as graphs (`Rollout.stages`: the step is one graph
+replayed `nstep` times, so capturing costs one step whatever the recording's length) and replayed
+at every LM iteration; the host solves the small normal equations in between.
 
 Multiple shooting (`shooting=k`) restarts from the measured state every `k` samples: long or
 unstable recordings stay close to the data, and on launch-bound devices (CPU) shorter rollouts in
@@ -51,7 +56,7 @@ velocities. A parameter the residuals do not depend on, or a combination they do
 (a zero eigenvalue of `J^T J` scaled to a unit diagonal), is reported as not identifiable, with
 `std = inf`; a condition number above 1e8 as ill-conditioned, naming the parameters involved.
 
-Precision: MJWarp simulates in float32 and the step Jacobians are forward differences. On
+Precision: MJWarp simulates in float32 and the Jacobians are forward differences. On
 noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
 1e-7 to 1e-5 (pendulum mass and damping; SO-101 damping and armature); `frictionloss`, a
 non-smooth constraint force, to about 1e-4 on noise-free data.
@@ -73,7 +78,7 @@ import warp as wp
 from . import data as _data
 from .kernels import quat_sub
 from .graph import Replay
-from .params import Param, _POSITIVE
+from .params import Param, ParamLayout, _POSITIVE
 from .rollout import Rollout
 from .scene import Scene, SolverSettings, _load_mjmodel, copy_mjmodel
 
@@ -152,49 +157,27 @@ def _half_sum_squares(
 
 
 @wp.kernel
-def _tangent_linear(
+def _residual_jacobian(
   # In:
   nv: int,
-  nu: int,
-  nparam: int,
-  k0: int,
-  count: wp.array[int],  # (1,) step k = k0 + count[0] (see `Rollout.stages`)
-  nstep: int,
-  step_slot: wp.array2d[int],  # (nworld, nstep + 1) sample slot of each step, -1: none
-  jac: wp.array4d[float],  # (nworld, nstep, nx, nz) step Jacobians [A B P]
-  sjac: wp.array4d[float],  # (nworld, nstep + 1, ns, nz) sensor Jacobians [C D Q]
+  slot_step: wp.array2d[int],  # (nworld, nsample) simulation step of each sample, -1: padding
+  dx: wp.array4d[float],  # (nworld, nstep + 1, nx, ncol) state tangents d x_k / d(theta, nuisance)
+  ds: wp.array4d[float],  # (nworld, nstep + 1, ns, ncol) sensor tangents
   weight: wp.array3d[float],  # (nworld, nsample, nres)
-  dx_in: wp.array3d[float],  # (nworld, nx, ncol) dx_k/d(theta, qvel0)
   # Out:
-  dx_out: wp.array3d[float],  # (nworld, nx, ncol) dx_{k+1}/d(theta, qvel0)
-  rjac_out: wp.array4d[float],  # (nworld, nsample, nres, ncol) dr/d(theta, qvel0)
+  rjac_out: wp.array4d[float],  # (nworld, nsample, nres, ncol) d(residual)/d(theta, nuisance)
 ):
-  # columns c < nparam are parameters (direct terms P, Q); the others are initial velocities,
-  # which enter only through dx_0
-  w, c = wp.tid()
-  k = k0 + count[0]
-  nx = dx_in.shape[1]
-  th = nx + nu + c  # column of theta_c in z
-  j = step_slot[w, k]
-  if j >= 0:
-    # residuals of sample j: state rows are dx_k, sensor rows C_k dx_k + Q_k
-    for i in range(2 * nv):
-      rjac_out[w, j, i, c] = weight[w, j, i] * dx_in[w, i, c]
-    for s in range(sjac.shape[2]):
-      g = float(0.0)
-      if c < nparam:
-        g = sjac[w, k, s, th]
-      for l in range(nx):
-        g += sjac[w, k, s, l] * dx_in[w, l, c]
-      rjac_out[w, j, 2 * nv + s, c] = weight[w, j, 2 * nv + s] * g
-  if k < nstep:
-    for i in range(nx):
-      g = float(0.0)
-      if c < nparam:
-        g = jac[w, k, i, th]
-      for l in range(nx):
-        g += jac[w, k, i, l] * dx_in[w, l, c]
-      dx_out[w, i, c] = g
+  w, j, c = wp.tid()
+  k = slot_step[w, j]
+  nres = rjac_out.shape[2]
+  for i in range(nres):
+    g = float(0.0)
+    if k >= 0:
+      if i < 2 * nv:
+        g = dx[w, k, i, c]
+      else:
+        g = ds[w, k, i - 2 * nv, c]
+    rjac_out[w, j, i, c] = weight[w, j, i] * g
 
 
 @wp.kernel
@@ -633,11 +616,10 @@ class _Problem:
     # device
     self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver)
     self.params = params
-    # controls are data here: no Jacobian columns (and lanes) for them
-    self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central,
-                      ctrl_jacobian=False, eps=eps)
-    self.layout = self.ro.layout
+    self.layout = ParamLayout(self.scene, params)
     self.nparam = self.layout.nparam
+    self._rollout_args = dict(params=params, central=central, eps=eps)
+    self._capture = capture
     dev = self.scene.device
     tile = lambda a: np.concatenate([a] * self.nstart, axis=0)
     f32 = lambda a, **kw: wp.array(np.ascontiguousarray(tile(a)).astype(np.float32), dtype=float, device=dev, **kw)
@@ -648,6 +630,7 @@ class _Problem:
     # unknowns per start: theta, then a nuisance block per free world
     self.nunknown = self.nparam + self.nfree * self.blk
     self.ncol = self.nparam + self.blk
+    # initial tangents of the forward-mode rollout: a nuisance column moves its world's initial state
     dx0 = np.zeros((self.nworld, self.scene.nx, self.ncol), np.float32)
     n, bq = self.nparam, self.blk_q
     for w in range(self.nworld):
@@ -657,26 +640,18 @@ class _Problem:
         dx0[w, nv:2 * nv, n + bq:n + bq + nv] = np.eye(nv)
     self.dx0 = wp.array(dx0, dtype=float, device=dev)
     self.slot_step = wp.array(tile(slot_step), dtype=int, device=dev)
-    step_slot = np.full((self.nworld, N + 1), -1, np.int32)
-    for w, row in enumerate(tile(slot_step)):
-      for j, k in enumerate(row):
-        if k >= 0:
-          step_slot[w, k] = j
-    self.step_slot = wp.array(step_slot, dtype=int, device=dev)
     self.meas = {k: f32(v) for k, v in meas.items()}
     self.weight = f32(wgt)
     self.res = wp.zeros((self.nworld, S, self.nres), dtype=float, device=dev, requires_grad=True)
     self.rjac = wp.zeros((self.nworld, S, self.nres, self.ncol), dtype=float, device=dev)
-    self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]  # in, out
     self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
     self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.nrollout = 0
-    # a rollout (forward, or linearized + residual Jacobian) is a few graph replays after its first
-    # call; its step is one graph replayed nstep times, so capturing costs one step, not nstep
-    self._eval = Replay(dev, self._stages(linearize=False), capture)
-    self._lin = Replay(dev, self._stages(linearize=True), capture)
+    # rollouts, built on first use: forward mode for LM, reverse mode (tape) for Adam and jacobian="tape"
+    self._fm = self._rm = None
+    self._lin = None
 
   # -- evaluation -----------------------------------------------------------------------------------
 
@@ -721,29 +696,55 @@ class _Problem:
       wp.launch(_scatter_theta, dim=(self.nworld, p.dim), device=self.scene.device,
                 inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
 
-  def _rollout(self, *, linearize: bool):
-    return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=linearize)
+  def _new_rollout(self, **kw) -> Rollout:
+    batch = self.scene._batch
+    # controls are data here: no Jacobian columns (lanes) for them
+    ro = Rollout(self.scene, self.nstep, ctrl_jacobian=False, **self._rollout_args, **kw)
+    if self.scene._batch != batch and self._lin is not None:
+      self._lin.reset()  # the parameters' model rows were reallocated under the captured graphs
+    return ro
 
-  def _stages(self, *, linearize: bool) -> list:
-    """Rollout, residuals and (linearized) their Jacobian, as stages to capture (`Rollout.stages`)."""
-    stages, traj = self.ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0,
-                                  linearize=linearize, after_step=self._propagate_step if linearize else None)
+  @property
+  def forward_mode(self) -> Rollout:
+    """The linearized rollout of LM: forward mode with a lane per column of the residual Jacobian
+    (parameters, then the world's nuisance block), `1 + ncol` lanes (forward differences)."""
+    if self._fm is None:
+      self._fm = self._new_rollout(directions=self.ncol)
+      # captured on its first replay; the step is one graph replayed nstep times, so capturing
+      # costs one step, not nstep
+      self._lin = Replay(self.scene.device, self._linearized_stages(), self._capture)
+    return self._fm
 
-    def start():
-      wp.copy(self.dx[0], self.dx0)
-      self.rjac.zero_()
+  @property
+  def reverse_mode(self) -> Rollout:
+    """The rollout recorded on a tape (Adam's gradient, `jacobian="tape"`): step Jacobians over state
+    and parameters, `1 + nx + nparam` lanes (forward differences)."""
+    if self._rm is None:
+      self._rm = self._new_rollout()
+    return self._rm
+
+  @property
+  def sim_worlds(self) -> int:
+    """MJWarp worlds of the differentiated rollouts built so far (the larger)."""
+    return max([ro.fd.nlane * self.nworld for ro in (self._fm, self._rm) if ro is not None] or [self.nworld])
+
+  def _rollout(self):
+    return self.reverse_mode(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0)
+
+  def _linearized_stages(self) -> list:
+    """Rollout, residuals and their Jacobian `rjac` from the tangents, as stages to capture."""
+    ro = self._fm
+    stages, traj = ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=True,
+                             tangent0=self.dx0)
+    dx, ds = ro.tangents()
 
     def finish():
       self.traj = traj
       self._residuals(traj)
+      wp.launch(_residual_jacobian, dim=(self.nworld, self.nsample, self.ncol), device=self.scene.device,
+                inputs=[self.scene.nv, self.slot_step, dx, ds, self.weight], outputs=[self.rjac])
 
-    return ([(start, 1)] if linearize else []) + stages + [(finish, 1)]
-
-  def _replay(self, replay: Replay) -> None:
-    self.nrollout += 1
-    if self.layout.inertial:
-      self.ro.update_constants()  # graphs replay the parameter writes, not set_const
-    replay()
+    return stages + [(finish, 1)]
 
   def _residuals(self, traj) -> None:
     s = self.scene
@@ -756,12 +757,6 @@ class _Problem:
     c = 0.5 * np.einsum("gi,gi->g", r.reshape(self.nstart, -1), r.reshape(self.nstart, -1))
     return np.where(np.isfinite(c), c, np.inf)
 
-  def cost(self, theta: np.ndarray) -> np.ndarray:
-    """`(nstart,)` cost of each start's parameters (one forward rollout)."""
-    self.set_theta(theta)
-    self._replay(self._eval)
-    return self._costs(self.res.numpy().astype(np.float64))
-
   def linearize(self, x: np.ndarray, *, jacobian: str = "forward") -> "_Normal":
     """Cost and normal equations of each start at the unknowns `x` `(nstart, nunknown)`.
 
@@ -773,7 +768,11 @@ class _Problem:
     if jacobian == "tape":
       r, G = self._jacobian_tape()
     else:
-      self._replay(self._lin)
+      ro = self.forward_mode
+      self.nrollout += 1
+      if self.layout.inertial:
+        ro.update_constants()  # graphs replay the parameter writes, not set_const
+      self._lin()
       r = self.res.numpy().astype(np.float64)
       G = self.rjac.numpy().astype(np.float64)
     cost = self._costs(r)
@@ -793,21 +792,11 @@ class _Problem:
     gv = gw[free, n:].reshape(S, self.nfree, k)
     return _Normal(cost, Htt, Htv, Hvv, gt, gv)
 
-  def _propagate_step(self, k0: int, count: wp.array) -> None:
-    """One step of the tangent-linear sweep (`rjac` = d(residual)/d(theta) from the step Jacobians),
-    run right after the rollout forms step `k0 + count[0]`'s Jacobians."""
-    s = self.scene
-    J, Sj = self.ro.jacobians()
-    wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
-              inputs=[s.nv, s.nu, self.nparam, k0, count, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[0]],
-              outputs=[self.dx[1], self.rjac])
-    wp.copy(self.dx[0], self.dx[1])
-
   def _jacobian_tape(self):
     """Residual Jacobian by reverse mode: one backward pass per residual block (sample, signal)."""
     self.nrollout += 1
     with wp.Tape() as tape:
-      self.traj = self._rollout(linearize=False)
+      self.traj = self._rollout()
       self._residuals(self.traj)
     r = self.res.numpy().astype(np.float64)
     G = np.zeros((self.nworld, self.nsample, self.nres, self.ncol))
@@ -856,7 +845,7 @@ class _Problem:
     self.cost_dev.zero_()
     self.nrollout += 1
     with wp.Tape() as tape:
-      self.traj = self._rollout(linearize=False)
+      self.traj = self._rollout()
       self._residuals(self.traj)
       wp.launch(_half_sum_squares, dim=(self.nworld, self.nsample, self.nres), device=s.device,
                 inputs=[self.res, self.world_start], outputs=[self.cost_dev])
@@ -912,6 +901,7 @@ class SysIdResult:
     wall_time: seconds spent solving (the first iteration includes kernel compilation when the
       cache is cold).
     nresidual: number of weighted residuals.
+    sim_worlds: MJWarp worlds a differentiated rollout steps (worlds times perturbation lanes).
     solver: `"lm"` or `"adam"`.
     bounds: `{name: (lower, upper)}`.
     initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
@@ -940,6 +930,7 @@ class SysIdResult:
   starts_fun: np.ndarray
   wall_time: float
   nresidual: int
+  sim_worlds: int = 0
   solver: str = "lm"
   bounds: dict = field(default_factory=dict)
   initial_qpos: list = field(default_factory=list)
@@ -1297,8 +1288,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     x0: `{name: value}` initial guess overriding the MJCF value.
     lr: Adam step, relative to each parameter's initial magnitude.
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these.
-    jacobian: `"forward"` (tangent-linear propagation, default) or `"tape"` (reverse mode, one
-      backward pass per residual block: for checks; much slower).
+    jacobian: `"forward"` (forward mode, a lane per column of the Jacobian, default) or `"tape"`
+      (reverse mode, one backward pass per residual block: for checks; much slower).
     resample: resample recordings whose sample times are off the timestep grid instead of failing.
     fit_qvel0: solve for the initial velocity of each world (recording, or shooting segment) together
       with the parameters, starting from a finite-difference estimate from `qpos`. `None` (default):
@@ -1309,7 +1300,7 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
       pinning the simulation to one noisy sample biases the parameters. LM only.
     device: Warp device (`None`: CUDA if available, else CPU).
     solver_settings: MJWarp constraint solver settings (`diffsim.SolverSettings`).
-    central, eps: finite-difference scheme of the step Jacobians (see `diffsim.Rollout`). Forward
+    central, eps: finite-difference scheme of the Jacobians (see `diffsim.Rollout`). Forward
       differences by default: the Jacobian only steers the LM steps (the residuals, computed
       exactly, set the minimum), and they need half the lanes of central ones.
     out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing).
@@ -1408,7 +1399,7 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
              "lambda": np.array([h[best] for h in hist["lambda"]])},
     success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[0].copy(),
     theta_std=std, cov=cov, corr=corr, cond=cond, warnings=msgs, starts_fun=np.asarray(f, dtype=np.float64),
-    wall_time=wall, nresidual=prob.nresidual // nstart, solver=solver, bounds=bnd,
+    wall_time=wall, nresidual=prob.nresidual // nstart, sim_worlds=prob.sim_worlds, solver=solver, bounds=bnd,
     initial_qpos=[prob.initial_state(xs[best])[0][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
     initial_qvel=[prob.initial_state(xs[best])[1][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
     _plot={"recs": prob.recs, "before": prob.before, "after": after, "mjm": prob.mjm},

@@ -71,6 +71,30 @@ def test_bad_parameters(cartpole):
     bad.assign([np.nan])
 
 
+def test_forward_mode_misuse(cartpole):
+  damping = diffsim.Param("dof_damping", "hinge")
+  with pytest.raises(ValueError, match=r"a direction per parameter \(directions >= nparam = 2\)"):
+    diffsim.Rollout(cartpole, 5, params=[damping, diffsim.Param("body_mass", "pole")], directions=1)
+  with pytest.raises(ValueError, match="directions must be a non-negative integer"):
+    diffsim.Rollout(cartpole, 5, params=[damping], directions=0.5)
+  ro = diffsim.Rollout(cartpole, 5, params=[damping], directions=2)
+  u = wp.zeros((2, 5, 1), dtype=float)
+  with pytest.raises(ValueError, match=r"tangent0 must have shape \(nworld=2, nx=4, directions=2\)"):
+    ro(u, linearize=True, tangent0=wp.zeros((2, 4, 3), dtype=float))
+  with pytest.raises(TypeError, match="tangent0 must be a float32 wp.array"):
+    ro(u, linearize=True, tangent0=np.zeros((2, 4, 2)))
+  with pytest.raises(RuntimeError, match="no backward pass for a tape"):
+    with wp.Tape():
+      ro(u)
+  with pytest.raises(RuntimeError, match="read tangents"):
+    ro.jacobians()
+  plain = diffsim.Rollout(cartpole, 5)
+  with pytest.raises(RuntimeError, match="directions=m"):
+    plain.tangents()
+  with pytest.raises(ValueError, match="tangent0 is for forward mode"):
+    plain(u, linearize=True, tangent0=wp.zeros((2, 4, 2), dtype=float))
+
+
 def test_divergence_names_world_and_step(ball_free):
   u = np.zeros((2, 20, ball_free.nu), np.float32)
   u[1, 5:, 0] = 3e38  # an unbounded motor driven to float32's limit

@@ -1,8 +1,10 @@
-"""Tape gradients against central differences of float64 MuJoCo C rollouts.
+"""Tape gradients and forward-mode tangents against central differences of float64 MuJoCo C rollouts.
 
 `check_gradients` differentiates a random linear functional of the whole trajectory (qpos, qvel,
 act, sensordata), written as a Warp kernel, so each check covers every output's adjoint.
 """
+
+import copy
 
 import mujoco
 import numpy as np
@@ -166,3 +168,68 @@ def test_more_parameter_fields(cartpole):
   res = check_gradients(cartpole, 0.5 * rng.standard_normal((60, 1)), qpos0=[0.1, 0.3], params=params,
                         wrt=("params",))
   _assert_close(res)
+
+
+def _mujoco_tangents(mjm, params, theta, ctrl, qpos0, qvel0, direction, delta=1e-6):
+  """Central differences of a float64 MuJoCo C rollout along `direction` = (theta `(nparam,)`,
+  initial state `(2 nv,)`, tangent space): `(dx (nstep + 1, 2 nv), ds (nstep + 1, ns))`."""
+  from diffsim.gradcheck import set_mjmodel_params
+
+  dth, dx0 = direction
+  out = []
+  for sign in (1.0, -1.0):
+    m = copy.deepcopy(mjm)
+    offs = np.cumsum([0] + [p.dim for p in params])
+    set_mjmodel_params(m, {p: theta[o:o + p.dim] + sign * delta * dth[o:o + p.dim] for p, o in zip(params, offs)})
+    q = qpos0.copy()
+    mujoco.mj_integratePos(m, q, sign * delta * dx0[:m.nv], 1.0)
+    out.append((m, mujoco_rollout(m, ctrl, qpos0=q, qvel0=qvel0 + sign * delta * dx0[m.nv:])))
+  (m, p), (_, n) = out
+  dq = np.zeros((ctrl.shape[0] + 1, m.nv))
+  for k in range(ctrl.shape[0] + 1):
+    mujoco.mj_differentiatePos(m, dq[k], 2 * delta, n["qpos"][k], p["qpos"][k])
+  return np.concatenate([dq, (p["qvel"] - n["qvel"]) / (2 * delta)], 1), (p["sensordata"] - n["sensordata"]) / (2 * delta)
+
+
+@pytest.mark.parametrize("central", [True, False], ids=["central", "forward"])
+def test_forward_mode_tangents_match_mujoco(ball_free, central):
+  """Forward mode (`Rollout(directions=)`): tangents of every state and sensor along directions that
+  move a parameter (mass, the ball's damping) or the initial state (random, all joints, quaternions
+  included), against central differences of float64 MuJoCo C rollouts.
+
+  Checked as the tape gradients are: a random linear functional of every output, per direction
+  (forward differences, the system-identification default, included); with central differences also
+  the state tangent of every step.
+  """
+  m = ball_free.mjm
+  rng = np.random.default_rng(1)
+  nstep, nw = 60, ball_free.nworld
+  qpos0 = np.tile(m.qpos0, (nw, 1))
+  qpos0[:, 1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
+  qvel0 = 0.5 * rng.standard_normal((nw, m.nv))
+  qvel0[:, 7:10] = [1.0, 3.0, -2.0]
+  ctrl = 0.3 * rng.standard_normal((nw, nstep, m.nu))
+  params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
+  nparam, nx, ndir = 4, 2 * m.nv, 6
+  t0 = np.zeros((nw, nx, ndir), np.float32)
+  t0[:, :, nparam:] = rng.standard_normal((nw, nx, 2))
+  ro = diffsim.Rollout(ball_free, nstep, params=params, directions=ndir, central=central)
+  assert ro.fd.nlane == 1 + (2 if central else 1) * ndir
+  ro(wp.array(ctrl.astype(np.float32), dtype=float), qpos0=qpos0, qvel0=qvel0, linearize=True,
+     tangent0=wp.array(t0, dtype=float))
+  dX, dS = (a.numpy().astype(np.float64) for a in ro.tangents())
+  theta = np.concatenate([p.numpy()[0] for p in params]).astype(np.float64)
+  weights = rng.standard_normal((nx + m.nsensordata, nstep + 1))
+  for w in range(nw):
+    got, ref = np.zeros(ndir), np.zeros(ndir)
+    for c in range(ndir):
+      direction = (np.eye(nparam)[c] if c < nparam else np.zeros(nparam), t0[w, :, c].astype(np.float64))
+      rx, rs = _mujoco_tangents(m, params, theta, ctrl[w].astype(np.float32).astype(np.float64), qpos0[w],
+                                qvel0[w], direction)
+      got[c] = np.sum(weights.T * np.concatenate([dX[w, :, :, c], dS[w, :, :, c]], 1))
+      ref[c] = np.sum(weights.T * np.concatenate([rx, rs], 1))
+      if central:
+        err = np.linalg.norm(dX[w, :, :, c] - rx) / np.linalg.norm(rx)
+        assert err < TOL, f"world {w}, direction {c}: state tangents, relative error {err:.2e}"
+    err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+    assert err < TOL, f"world {w}: linear functional of all tangents, relative error {err:.2e}"

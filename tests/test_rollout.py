@@ -125,27 +125,42 @@ def test_captured_graph_replays_eager_gradients(cartpole):
   np.testing.assert_array_equal(loss.numpy(), eager[2])
 
 
-def test_looped_step_graph_replays_eager_linearization(ball_free):
+@pytest.mark.parametrize("forward_mode", [False, True], ids=["jacobians", "tangents"])
+def test_looped_step_graph_replays_eager_linearization(ball_free, forward_mode):
   # Rollout.stages: one captured step replayed nstep times (a device counter advances the step
-  # index) writes the same trajectory and step Jacobians as the eager rollout, bit for bit
+  # index) writes the same trajectory and step Jacobians (forward mode: tangents) as the eager
+  # rollout, bit for bit
   nstep = 12
-  ro = diffsim.Rollout(ball_free, nstep, params=[diffsim.Param("dof_damping", "ball")])
+  params = [diffsim.Param("dof_damping", "ball")]
+  if forward_mode:
+    ndir = 3 + 1  # the 3 damping components and one direction of the initial state
+    ro = diffsim.Rollout(ball_free, nstep, params=params, directions=ndir)
+    t0 = np.zeros((1, ball_free.nx, ndir), np.float32)
+    t0[0, :, 3] = np.random.default_rng(3).standard_normal(ball_free.nx)
+    kw = {"tangent0": wp.array(t0, dtype=float)}
+    derivatives = ro.tangents
+  else:
+    ro = diffsim.Rollout(ball_free, nstep, params=params)
+    kw = {}
+    derivatives = ro.jacobians
   ctrl = wp.array(_ctrl(ball_free, nstep, seed=5), dtype=float)
   qvel0 = np.zeros((ball_free.nworld, ball_free.nv), np.float32)
   qvel0[:, 1:4] = [2.0, -1.0, 3.0]
   qvel0 = wp.array(qvel0, dtype=float)
-  traj = ro(ctrl, qvel0=qvel0, linearize=True)
-  eager = [a.numpy().copy() for a in (traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians())]
-  stages, traj = ro.stages(ctrl, qvel0=qvel0, linearize=True)
+  traj = ro(ctrl, qvel0=qvel0, linearize=True, **kw)
+  eager = [a.numpy().copy() for a in (traj.qpos, traj.qvel, traj.sensordata, *derivatives())]
+  if forward_mode:
+    assert (np.abs(eager[3][:, -1]).max(axis=1) > 0).all()  # every direction has moved the final state
+  stages, traj = ro.stages(ctrl, qvel0=qvel0, linearize=True, **kw)
   assert [reps for _, reps in stages] == [1, nstep, 1]
   graphs, _ = capture(ball_free.device, stages)
-  for a in (traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians()):
+  for a in (traj.qpos, traj.qvel, traj.sensordata, *derivatives()):
     a.zero_()
   for _ in range(2):  # the counter restarts with every replay of the first stage
     for graph, reps in graphs:
       for _ in range(reps):
         wp.capture_launch(graph)
-    for a, b in zip((traj.qpos, traj.qvel, traj.sensordata, *ro.jacobians()), eager):
+    for a, b in zip((traj.qpos, traj.qvel, traj.sensordata, *derivatives()), eager):
       np.testing.assert_array_equal(a.numpy(), b)
 
 

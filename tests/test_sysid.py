@@ -85,9 +85,43 @@ def test_failed_save_keeps_existing_files(tmp_path, result, monkeypatch):
   assert os.listdir(tmp_path) == ["params.json"]
 
 
-def test_forward_jacobian_matches_tape():
-  # tangent-linear propagation and one backward pass per residual block give the same normal
-  # equations, for the parameters and for initial states solved for (position and velocity)
+def _reference_residual_jacobian(prob, x, recs, delta=1e-6):
+  """d(residual)/d(unknowns) `(nworld, nsample, nres, ncol)` by central differences of float64 MuJoCo C
+  rollouts (`data.simulate`) of the hinge pendulum, laid out as the problem's `rjac`."""
+  from diffsim.gradcheck import set_mjmodel_params
+
+  def residuals(xs):
+    mjm = mujoco.MjModel.from_xml_string(GUESS)
+    set_mjmodel_params(mjm, {p: xs[o:o + p.dim] for p, o in zip(prob.params, prob.layout.offsets)})
+    qpos, qvel = prob.initial_state(xs)
+    out = np.zeros((prob.nseg, prob.nsample, prob.nres))
+    for g, (r, q0, v0) in enumerate(zip(recs, qpos, qvel)):
+      sub = int(round((r.time[1] - r.time[0]) / mjm.opt.timestep))
+      sim = D.simulate(mjm, r.ctrl, qpos0=q0, qvel0=v0, substeps=sub)
+      n = r.nrow
+      meas = prob.meas_host
+      sig = np.concatenate([sim.qpos - meas["qpos"][g, :n], sim.qvel - meas["qvel"][g, :n],
+                            sim.sensordata - meas["sensordata"][g, :n]], axis=1)
+      out[g, :n] = prob.weights[g, :n] * sig
+    return out
+
+  G = np.zeros((prob.nworld, prob.nsample, prob.nres, prob.ncol))
+  for s in range(prob.nstart):
+    for u in range(prob.nunknown):
+      e = np.zeros(prob.nunknown)
+      e[u] = delta
+      d = (residuals(x[s] + e) - residuals(x[s] - e)) / (2 * delta)
+      if u < prob.nparam:
+        G[s * prob.nseg:(s + 1) * prob.nseg, ..., u] = d
+      else:  # a nuisance unknown: its world's block column
+        g, b = divmod(u - prob.nparam, prob.blk)
+        G[s * prob.nseg + np.nonzero(prob.free)[0][g], ..., prob.nparam + b] = d[np.nonzero(prob.free)[0][g]]
+  return G
+
+
+def test_residual_jacobian_matches_mujoco():
+  # forward mode (LM's default) and reverse mode (one backward pass per residual block) against
+  # central differences of float64 MuJoCo C, for the parameters and for initial states solved for
   mjm = mujoco.MjModel.from_xml_string(GUESS)
   recs = [D.simulate(TRUTH, _ctrl(31, 0.01), qpos0=[0.3]),
           D.simulate(TRUTH, _ctrl(16, 0.02, 0.5, 1.0), qpos0=[-0.2], qvel0=[1.0], substeps=2,
@@ -96,14 +130,21 @@ def test_forward_jacobian_matches_tape():
   prob = S._Problem(mjm, recs, params, weights=None, normalize=True, shooting=None, nstart=2, device="cpu",
                     solver=None, central=True, eps=None, fit_qpos0=True, fit_qvel0=True)
   assert prob.nunknown == 2 + 2 * 2  # qpos and qvel offsets of both worlds
+  assert prob.forward_mode.fd.nlane == 1 + 2 * prob.ncol  # a lane pair per column, none per state coordinate
   x = prob.x0(np.array([[0.5, 0.05], [0.58, 0.09]]))
   x[:, 2:] += [0.01, -0.1, 0.02, 0.3]
+  ref = _reference_residual_jacobian(prob, x, recs)
   f = prob.linearize(x, jacobian="forward")
+  forward = prob.rjac.numpy()
+  _, tape = prob._jacobian_tape()
+  for name, G in (("forward", forward), ("tape", tape)):
+    for c in range(prob.ncol):
+      err = np.linalg.norm(G[..., c] - ref[..., c]) / np.linalg.norm(ref[..., c])
+      assert err < 1e-2, f"{name} mode, column {c}: relative error {err:.2e}"
+  # the normal equations are the same whichever way the Jacobian is formed
   t = prob.linearize(x, jacobian="tape")
   np.testing.assert_allclose(t.cost, f.cost, rtol=1e-6)
-  for k in ("Htt", "Htv", "Hvv", "gt", "gv"):
-    a, b = getattr(t, k), getattr(f, k)
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * np.abs(b).max(), err_msg=k)
+  np.testing.assert_allclose(t.gt, f.gt, rtol=1e-2, atol=1e-3 * np.abs(f.gt).max())
 
 
 def test_several_recordings_share_parameters():
