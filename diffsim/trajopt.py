@@ -11,8 +11,10 @@ parameters); the solvers advance all of them together:
     regularization, all per world.
 
 Adam and iLQR iterate without host copies: an iteration (forward, backward, update, bookkeeping)
-is captured once as a few graphs (`wp.ScopedCapture`) and replayed; the host reads the best cost
-per world only every `log_every` iterations, to update the progress bar and test for convergence.
+is captured once as a few graphs (`wp.ScopedCapture`) and replayed (iLQR on the CPU: its rollouts'
+step is one graph replayed per step, as capturing every step would cost seconds); the host reads
+the best cost per world only every `log_every` iterations, to update the progress bar and test for
+convergence.
 
 Example:
   scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=4)
@@ -781,7 +783,8 @@ def _ilqr_feedback(
   jnt_dofadr: wp.array[int],
   dof_jntid: wp.array[int],
   # In:
-  k: int,
+  k0: int,
+  step_count: wp.array[int],  # (1,) step k = k0 + step_count[0] (a looped one-step graph's counter)
   alphas: wp.array[float],  # (nalpha,) line-search steps
   aidx: wp.array[int],  # (1,) the step of this rollout
   nxa: int,
@@ -802,6 +805,7 @@ def _ilqr_feedback(
 ):
   """u_k = clamp(u_nom_k + alpha kff_k + Kfb_k (x_k - x_nom_k)): the closed-loop line search."""
   w = wp.tid()
+  k = k0 + step_count[0]
   nu = ctrl_out.shape[2]
   nx = 2 * nv + na
   if fail[w] != 0:
@@ -1028,11 +1032,17 @@ class _ILQR(_Solver):
   An iteration linearizes the rollout of the nominal controls, takes the cost gradient from a tape
   and its Gauss-Newton curvature from the built-in terms, runs the Riccati recursion with
   box-constrained gains, then rolls out the closed-loop policy for each line-search step `alpha`
-  and keeps, per world, the lowest cost if it beats the nominal. Stages: linearize and solve (one
-  graph), one closed-loop candidate (a graph replayed per `alpha`, indexed on the device), accept.
+  and keeps, per world, the lowest cost if it beats the nominal. Stages: linearize and solve, per
+  `alpha` a closed-loop candidate (`alpha` indexed on the device), accept; on the CPU the
+  rollouts' step is one graph replayed `horizon` times (see `loop_steps`).
   """
 
   method = "ilqr"
+  # Stages of an iteration: on a GPU one graph per stage (launching a graph costs microseconds
+  # there, capturing one little); on the CPU, where capturing an MJWarp step costs tens of ms (the
+  # first iteration of a 200-step cart-pole swing-up: 8.7 s) and replaying a graph almost nothing,
+  # the rollouts' step is captured once and replayed `horizon` times (0.9 s). None: by device.
+  loop_steps: bool | None = None
 
   def __init__(self, problem, options, capacity, capture):
     super().__init__(problem, options, capacity, capture)
@@ -1059,6 +1069,8 @@ class _ILQR(_Solver):
     self.ctraj, self.ntraj = traj(self.ctrl_c), traj(self.ctrl_next)
     self.nom = None
     self.fwd = problem.rollout.forward_stepper
+    if self.loop_steps is None:
+      self.loop_steps = not s.device.is_cuda
 
   def _start(self, ctrl0):
     super()._start(ctrl0)
@@ -1069,12 +1081,31 @@ class _ILQR(_Solver):
     return self.status.numpy() != 0
 
   def _stages(self):
-    return [(self._linearize, 1), (self._candidate, len(self.opt["alphas"])), (self._accept, 1)]
+    p = self.p
+    T, nalpha = p.horizon, len(self.opt["alphas"])
+    if self.loop_steps:
+      # the rollouts' step is one graph replayed `horizon` times (a device counter advances it), so
+      # capturing an iteration costs a few steps whatever the horizon
+      linearize, self.nom = p.rollout.stages(p.ctrl, qpos0=p.qpos0, qvel0=p.qvel0, act0=p.act0, linearize=True)
+      candidate = [(self._candidate_start, 1), (self._looped_step, T), (self._candidate_end, 1)]
+      return linearize + [(self._solve, 1)] + candidate * nalpha + [(self._accept, 1)]
 
-  def _linearize(self) -> None:
-    p, s, c = self.p, self.p.scene, self.p.cost
+    def linearize():
+      self.nom = p._run(p.ctrl, linearize=True)
+      self._solve()
+
+    def candidate():
+      self._candidate_start()
+      for k in range(T):
+        self._candidate_step(k)
+      self._candidate_end()
+
+    return [(linearize, 1), (candidate, nalpha), (self._accept, 1)]
+
+  def _solve(self) -> None:
+    """Cost gradient along the linearized nominal trajectory, then the Riccati recursion."""
+    p, s, c, nom = self.p, self.p.scene, self.p.cost, self.nom
     n, T = p.nworld, p.horizon
-    nom = self.nom = p._run(p.ctrl, linearize=True)
     jac, sjac = p.rollout.jacobians()
     # cost gradient along the nominal trajectory (any term, kernels included) from a tape
     p.ctrl.grad.zero_()
@@ -1096,21 +1127,32 @@ class _ILQR(_Solver):
     wp.copy(self.trial, self.nominal)
     self.aidx.zero_()
 
-  def _candidate(self) -> None:
-    """Closed-loop rollout with step `alphas[aidx]`; keeps it where it beats the best so far."""
+  # closed-loop rollout with step `alphas[aidx]`, kept where it beats the best so far
+
+  def _candidate_start(self) -> None:
+    p, ct = self.p, self.ctraj
+    self.fwd.begin()
+    self._launch(init_state, p.nworld, [p.qpos0, p.qvel0, p.act0], [ct.qpos, ct.qvel, ct.act, self.warm])
+
+  def _candidate_step(self, k: int) -> None:
+    """Step `k` (plus the stepper's counter) of the closed-loop rollout."""
     p, s, fwd, ct, nom = self.p, self.p.scene, self.fwd, self.ctraj, self.nom
-    n, T = p.nworld, p.horizon
-    fwd.begin()
-    self._launch(init_state, n, [p.qpos0, p.qvel0, p.act0], [ct.qpos, ct.qvel, ct.act, self.warm])
-    for k in range(T):
-      self._launch(_ilqr_feedback, n,
-                   [s.nv, s.na, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, k, self.alphas, self.aidx,
-                    self.nxa, ct.qpos, ct.qvel, ct.act, nom.qpos, nom.qvel, nom.act, p.ctrl, self.kff, self.kfb,
-                    self.fail, p.ctrl_lo, p.ctrl_hi], [self.ctrl_c])
-      fwd.step(ct, self.ctrl_c, self.warm, k)
-    fwd.sense(ct, self.ctrl_c, self.warm, T)
+    self._launch(_ilqr_feedback, p.nworld,
+                 [s.nv, s.na, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, k, fwd.count, self.alphas,
+                  self.aidx, self.nxa, ct.qpos, ct.qvel, ct.act, nom.qpos, nom.qvel, nom.act, p.ctrl, self.kff,
+                  self.kfb, self.fail, p.ctrl_lo, p.ctrl_hi], [self.ctrl_c])
+    fwd.step(ct, self.ctrl_c, self.warm, k)
+
+  def _looped_step(self) -> None:
+    self._candidate_step(0)
+    self.fwd.advance()
+
+  def _candidate_end(self) -> None:
+    p, fwd, ct = self.p, self.fwd, self.ctraj
+    fwd.count.zero_()  # back to absolute step indices
+    fwd.sense(ct, self.ctrl_c, self.warm, p.horizon)
     p.cost.evaluate(ct, self.ccost)
-    self._launch(_take_better, n, [self.ccost], [self.trial, self.take])
+    self._launch(_take_better, p.nworld, [self.ccost], [self.trial, self.take])
     for src, dst in zip((ct.ctrl, ct.qpos, ct.qvel, ct.act, ct.sensordata),
                         (self.ctrl_next, *[getattr(self.ntraj, f) for f in ("qpos", "qvel", "act", "sensordata")])):
       if dst.size:

@@ -147,6 +147,27 @@ def test_residual_jacobian_matches_mujoco():
   np.testing.assert_allclose(t.gt, f.gt, rtol=1e-2, atol=1e-3 * np.abs(f.gt).max())
 
 
+def test_forward_mode_recaptures_after_the_tape_adds_lanes(rec):
+  # no unknown initial state: forward mode needs 1 + 2 lanes per world, the tape's rollout 1 + nx + 2.
+  # Building the latter gives the parameters more model rows; forward mode's captured graphs would
+  # then replay on freed rows, so it captures them again
+  mjm = mujoco.MjModel.from_xml_string(GUESS)
+  prob = S._Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS], weights=None, normalize=True, shooting=None,
+                    nstart=1, device="cpu", solver=None, central=False, eps=None)
+  x = prob.x0(np.array([[0.5, 0.05]]))
+  first = prob.linearize(x)
+  rjac = prob.rjac.numpy().copy()
+  assert prob.forward_mode.fd.nlane == 1 + prob.nparam
+  rows = prob.scene._batch
+  assert prob._lin.graphs is not None
+  prob.gradient()  # builds the tape's rollout
+  assert prob.scene._batch == prob.reverse_mode.fd.nlane * prob.nworld > rows
+  assert prob._lin.graphs is None  # dropped, to be captured again
+  again = prob.linearize(x)
+  np.testing.assert_array_equal(again.cost, first.cost)
+  np.testing.assert_array_equal(prob.rjac.numpy(), rjac)
+
+
 def test_several_recordings_share_parameters():
   # one recording of some sensors only (tip position; initial state given), one of qpos only at half
   # rate (initial velocity unknown: solved for)

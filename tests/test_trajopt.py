@@ -229,10 +229,32 @@ def test_callback_sees_best_costs_and_stops(short, method):
     diffsim.optimize_trajectory(short, method, maxiter=2, quiet=True, callback=3)
 
 
-# graph replays per iteration: iLQR linearizes, rolls out one candidate per line-search step (6), accepts
-@pytest.mark.parametrize("method, stages", [("ilqr", 8), ("adam", 1)])
-def test_iterations_are_graph_replays_without_host_copies(short, monkeypatch, method, stages):
+def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole, monkeypatch):
+  # the CPU's iteration (each rollout step one graph replayed `horizon` times) and the GPU's (one
+  # graph per stage) launch the same kernels on the same buffers: the same iterates, bit for bit
+  results = []
+  for loop in (False, True):
+    monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
+    problem = diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0),
+                                                   CtrlRateCost(1e-3)], horizon=20, qvel0=[[0.0, 0.0], [0.0, 1.0]])
+    results.append(diffsim.optimize_trajectory(problem, "ilqr", maxiter=5, ftol=0.0, quiet=True))
+  np.testing.assert_array_equal(results[0].x, results[1].x)
+  np.testing.assert_array_equal(results[0].history, results[1].history)
+  assert (results[0].history[-1] < results[0].history[0]).all()  # the iterations took steps
+
+
+# graph replays per iteration. Adam: one. iLQR: linearize and solve, one candidate per line-search
+# step (6), accept; with loop_steps (the CPU default) the rollouts' step is one graph replayed
+# `horizon` times, within the linearized rollout's start, step, end and the candidates' likewise
+@pytest.mark.parametrize("method, loop", [("ilqr", False), ("ilqr", True), ("adam", None)],
+                         ids=["ilqr-one-graph-per-stage", "ilqr-looped-steps", "adam"])
+def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch, method, loop):
+  monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
+  short = diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0)], horizon=20)
+  T = short.horizon
+  stages = {None: 1, False: 1 + 6 + 1, True: (T + 2) + 1 + 6 * (T + 2) + 1}[loop]
   diffsim.optimize_trajectory(short, method, maxiter=12, quiet=True)  # captures the graphs
+  assert short._solvers and all(s.loop_steps is loop for s in short._solvers.values() if s.method == "ilqr")
   counts = {}
   for maxiter in (4, 12):
     calls = {"launch": 0, "numpy": 0, "graph": 0}
