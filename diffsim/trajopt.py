@@ -1032,16 +1032,16 @@ class _ILQR(_Solver):
   An iteration linearizes the rollout of the nominal controls, takes the cost gradient from a tape
   and its Gauss-Newton curvature from the built-in terms, runs the Riccati recursion with
   box-constrained gains, then rolls out the closed-loop policy for each line-search step `alpha`
-  and keeps, per world, the lowest cost if it beats the nominal. Stages: linearize and solve, per
-  `alpha` a closed-loop candidate (`alpha` indexed on the device), accept; on the CPU the
-  rollouts' step is one graph replayed `horizon` times (see `loop_steps`).
+  and keeps, per world, the lowest cost if it beats the nominal (`alpha` indexed on the device). On a
+  GPU the iteration is one graph; on the CPU the rollouts' step is one graph replayed `horizon`
+  times, between graphs of the rest (see `loop_steps`).
   """
 
   method = "ilqr"
-  # Stages of an iteration: on a GPU one graph per stage (launching a graph costs microseconds
-  # there, capturing one little); on the CPU, where capturing an MJWarp step costs tens of ms (the
-  # first iteration of a 200-step cart-pole swing-up: 8.7 s) and replaying a graph almost nothing,
-  # the rollouts' step is captured once and replayed `horizon` times (0.9 s). None: by device.
+  # Graphs of an iteration: on a GPU one (launching a graph costs microseconds there, capturing
+  # one little); on the CPU, where capturing an MJWarp step costs tens of ms (the first iteration of
+  # a 200-step cart-pole swing-up: 8.7 s) and replaying a graph almost nothing, the rollouts' step
+  # is captured once and replayed `horizon` times (0.9 s). None: by device.
   loop_steps: bool | None = None
 
   def __init__(self, problem, options, capacity, capture):
@@ -1090,17 +1090,17 @@ class _ILQR(_Solver):
       candidate = [(self._candidate_start, 1), (self._looped_step, T), (self._candidate_end, 1)]
       return linearize + [(self._solve, 1)] + candidate * nalpha + [(self._accept, 1)]
 
-    def linearize():
+    def iteration():
       self.nom = p._run(p.ctrl, linearize=True)
       self._solve()
+      for _ in range(nalpha):
+        self._candidate_start()
+        for k in range(T):
+          self._candidate_step(k)
+        self._candidate_end()
+      self._accept()
 
-    def candidate():
-      self._candidate_start()
-      for k in range(T):
-        self._candidate_step(k)
-      self._candidate_end()
-
-    return [(linearize, 1), (candidate, nalpha), (self._accept, 1)]
+    return [(iteration, 1)]  # one graph
 
   def _solve(self) -> None:
     """Cost gradient along the linearized nominal trajectory, then the Riccati recursion."""

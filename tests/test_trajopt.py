@@ -231,7 +231,7 @@ def test_callback_sees_best_costs_and_stops(short, method):
 
 def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole, monkeypatch):
   # the CPU's iteration (each rollout step one graph replayed `horizon` times) and the GPU's (one
-  # graph per stage) launch the same kernels on the same buffers: the same iterates, bit for bit
+  # graph) launch the same kernels on the same buffers: the same iterates, bit for bit
   results = []
   for loop in (False, True):
     monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
@@ -243,16 +243,17 @@ def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole, monkeypatch):
   assert (results[0].history[-1] < results[0].history[0]).all()  # the iterations took steps
 
 
-# graph replays per iteration. Adam: one. iLQR: linearize and solve, one candidate per line-search
-# step (6), accept; with loop_steps (the CPU default) the rollouts' step is one graph replayed
-# `horizon` times, within the linearized rollout's start, step, end and the candidates' likewise
+# graph replays per iteration: one (Adam; iLQR on a GPU), or with loop_steps (iLQR's CPU default)
+# the rollouts' step one graph replayed `horizon` times between graphs of the rest: the linearized
+# rollout's start, step, end, the solve, per line-search step (6) a candidate's start, step, end,
+# and the acceptance
 @pytest.mark.parametrize("method, loop", [("ilqr", False), ("ilqr", True), ("adam", None)],
-                         ids=["ilqr-one-graph-per-stage", "ilqr-looped-steps", "adam"])
+                         ids=["ilqr-one-graph", "ilqr-looped-steps", "adam"])
 def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch, method, loop):
   monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
   short = diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0)], horizon=20)
   T = short.horizon
-  stages = {None: 1, False: 1 + 6 + 1, True: (T + 2) + 1 + 6 * (T + 2) + 1}[loop]
+  stages = {None: 1, False: 1, True: (T + 2) + 1 + 6 * (T + 2) + 1}[loop]
   diffsim.optimize_trajectory(short, method, maxiter=12, quiet=True)  # captures the graphs
   assert short._solvers and all(s.loop_steps is loop for s in short._solvers.values() if s.method == "ilqr")
   counts = {}
