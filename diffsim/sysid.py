@@ -19,16 +19,16 @@ Solvers:
     the Jacobian — a parameter, or an unknown initial state coordinate of that world — moved along
     that column's tangent `dx_k/d(unknown)`, so each step's difference from the nominal lane is
     the next tangent, `A_k dx_k + P_k e`, without forming `A_k`. Lanes per world: `1 + ncol`
-    (forward differences) against `1 + 2 nv + nparam` for the step Jacobians propagated by a
-    matrix product (what this module did before: 11 instead of 21 lanes in the 5-link arm of
-    `benchmarks/bench_sysid.py`, 2.2x faster on 64 trajectories). The alternative, reverse mode
+    (forward differences) against `1 + 2 nv + nparam` to form the step Jacobians and propagate
+    them by matrix products (the 5-link arm of `benchmarks/bench_sysid.py`: 11 lanes instead of
+    21, and 2.2x faster on 64 trajectories). The alternative, reverse mode
     on the tape (`jacobian="tape"`), needs one backward sweep per residual block (sample x signal,
     all worlds at once): `nsample * nres` sweeps, growing with the square of the recording's
     length, against one rollout for any length. The nominal lane of the linearized rollout also
     gives the cost at the trial point, so accepting or rejecting a step needs no extra rollout.
-    Precision: a parameter column moves the state by the parameter's step times the tangent, so
-    the state perturbation is not chosen per step, and a signal that depends weakly on a parameter
-    changes by little more than float32 resolves. Against float64 MuJoCo (ball-and-free-joint
+    Precision: a parameter column moves the state by the parameter's step times the tangent (one
+    step for both, fixed per rollout), so a signal that depends weakly on a parameter changes by
+    little more than float32 resolves. Against float64 MuJoCo (ball-and-free-joint
     model, 60 steps, forward differences) the state tangents are within 1e-3 to 9e-3 where
     propagated step Jacobians are within 2e-4 to 4e-3, and a sensor that barely depends on one
     parameter within 3e-2 (7e-3); `tests/test_gradients.py` checks both modes. The Jacobian only
