@@ -20,9 +20,12 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
   - diffsim: `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise (Levenberg-Marquardt
-    on MJWarp in float32; the residual Jacobian in forward mode, forward differences: `1 + nparam`
-    lanes per world, each moving the state along its parameter's tangent; one linearized rollout
-    per iteration, replayed from captured graphs).
+    on MJWarp in float32; per-step forward-difference Jacobians over the state and the parameters
+    in `1 + 2 nv + nparam` lanes per world (controls are data: no lanes), propagated forward to the
+    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs).
+  - diffsim directional: the same with `jacobian="directional"` (forward mode: `1 + nparam` lanes
+    per world, each moving the state along its parameter's tangent; less precise on constrained
+    models, see `diffsim/sysid.py`).
 
 Measured per case: wall time of each tool's whole call (median of up to `--repeats` runs, the two
 tools alternating so that load from other processes hits both alike; repeats stop once a tool has
@@ -40,33 +43,32 @@ Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json`. `--
 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under a minute warm).
 
 Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
-2.5 minutes, nothing else running; absolute times carry that machine's load; two runs gave the
-same figures within 10%):
+4 minutes, nothing else running; absolute times carry that machine's load, which varied by ~25%
+between this session's runs, so read the ratios within a row):
 
-  traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  compile  iterations  rollouts (worlds)  rel.err sysid/diffsim
-  1     300    10      0.156 s       0.42 s   0.37           2.2 s    5 / 5       66x1 / 6 (11)      1.0e-14 / 1.1e-06
-  64    300    10      11.6 s        10.7 s   1.09           2.2 s    5 / 4       76x64 / 5 (704)    3.6e-15 / 7.9e-07
+  traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  directional  sysid/dir.  iterations   rollouts (worlds)            rel.err sysid/diffsim/dir.
+  1     300    10      0.129 s       0.47 s   0.27           0.39 s       0.33        5 / 4 / 5    66x1 / 5 (21) / 6 (11)       1.0e-14 / 9.8e-07 / 1.1e-06
+  64    300    10      9.43 s        19.6 s   0.48           10.5 s       0.90        5 / 4 / 4    76x64 / 5 (1344) / 5 (704)   3.6e-15 / 3.3e-07 / 7.9e-07
 
-On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64): it
-is 2.7x slower than `mujoco.sysid` on one trajectory and level with it on 64.
+(diffsim compile, reported apart: 1.8 s.) On the CPU diffsim misses both targets of issue #4
+(parity on 1 trajectory, 10x faster on 64): the default is 3.7x slower than `mujoco.sysid` on one
+trajectory and 2.1x on 64; the directional Jacobian 3x and 1.1x.
   - History (same benchmark): the first version took 31.6 s and 99 s; capturing the linearized
     rollout once and replaying it (an MJWarp step launched from Python costs ~8 ms of launch
     overhead on the CPU; replayed, ~0.1 ms), with its step captured once and replayed `nstep`
-    times, forward differences and no control lanes gave 0.74 s and 25.5 s (21 lanes per
-    trajectory); forward mode (`Rollout(directions=)`, 11 lanes: one per parameter instead of
-    the step Jacobians' `1 + 2 nv + nparam`) 0.42 s and 10.7 s.
-  - 1 trajectory (profiled, 0.38 s): 0.24 s in 6 x 304 graph replays (~0.13 ms per step of 11
-    worlds), 0.09 s in `set_const` after each armature change (launched from Python: it allocates,
-    so no graph can hold it), 0.08 s capture, 0.13 s building the scene and MJWarp Data.
+    times, forward differences and no control lanes brought it to the figures above.
+  - 1 trajectory (profiled, directional, 0.38 s): 0.24 s in 6 x 304 graph replays (~0.13 ms per
+    step of 11 worlds), 0.09 s in `set_const` after each armature change (launched from Python: it
+    allocates, so no graph can hold it), 0.08 s capture, 0.13 s building the scene and MJWarp Data.
   - 64 trajectories: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on
     one thread (~100k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
-    on all threads). diffsim simulates 1 + 10 worlds per trajectory, as many as `mujoco.sysid`'s
-    1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76). Two Warp CPU
-    graphs replayed from two Python threads at once abort in Warp's tile arena (not thread-safe),
-    so the second core stays idle.
-  - Accuracy: both land on the truth; diffsim to float32 resolution (~1e-7..1e-6 relative),
+    on all threads). diffsim simulates 1 + 20 (directional: 1 + 10) worlds per trajectory against
+    `mujoco.sysid`'s 1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76).
+    Two Warp CPU graphs replayed from two Python threads at once abort in Warp's tile arena (not
+    thread-safe), so the second core stays idle.
+  - Accuracy: all land on the truth; diffsim to float32 resolution (~1e-7..1e-6 relative),
     `mujoco.sysid` to float64's.
-The targets are meant for a GPU, where the 11 x 64 worlds of a step run in parallel; run this file
+The targets are meant for a GPU, where the 21 x 64 worlds of a step run in parallel; run this file
 with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
 """
 
@@ -259,8 +261,8 @@ def run_mujoco_sysid(prob: Problem, iters: int) -> dict:
           "fun": float(res.extras["objective"][-1])}
 
 
-def run_diffsim(prob: Problem, iters: int, device) -> dict:
-  """`diffsim.sysid.identify` on `prob` (the whole call)."""
+def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "forward") -> dict:
+  """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian`."""
   from diffsim import sysid
 
   guess = mujoco.MjModel.from_xml_string(ARM_XML)
@@ -278,7 +280,7 @@ def run_diffsim(prob: Problem, iters: int, device) -> dict:
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", sysid.IdentifiabilityWarning)  # tiny warm-up problems
     res = sysid.identify(guess, recs, names, bounds=bounds, weights=weights, normalize=False, solver="lm",
-                         iters=iters, device=device, out=None, plots=False)
+                         iters=iters, device=device, out=None, plots=False, jacobian=jacobian)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
           "fun": res.fun, "sim_worlds": res.sim_worlds}
@@ -308,11 +310,12 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     One row: times, iterations, rollouts, errors and final costs of both tools.
   """
   prob = Problem(ntraj, steps, kinds, scale=scale, seed=seed)
-  runs = {"sysid": [], "diffsim": []}
-  spent = {"sysid": 0.0, "diffsim": 0.0}
-  fns = {"sysid": lambda: run_mujoco_sysid(prob, iters), "diffsim": lambda: run_diffsim(prob, iters, device)}
+  fns = {"sysid": lambda: run_mujoco_sysid(prob, iters), "diffsim": lambda: run_diffsim(prob, iters, device),
+         "directional": lambda: run_diffsim(prob, iters, device, jacobian="directional")}
+  runs = {tool: [] for tool in fns}
+  spent = {tool: 0.0 for tool in fns}
   for rep in range(max(repeats, 1)):
-    for tool in ("sysid", "diffsim") if rep % 2 == 0 else ("diffsim", "sysid"):
+    for tool in list(fns) if rep % 2 == 0 else list(fns)[::-1]:
       if rep == 0 or spent[tool] < budget:
         out = fns[tool]()
         runs[tool].append(out)
@@ -332,21 +335,24 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     row[f"{tool}_theta"] = [float(v) for v in last["theta"]]
   # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
   row["diffsim_worlds"] = int(runs["diffsim"][-1]["sim_worlds"])
+  row["directional_worlds"] = int(runs["directional"][-1]["sim_worlds"])
   row["speedup"] = row["sysid_s"] / row["diffsim_s"]
+  row["directional_speedup"] = row["sysid_s"] / row["directional_s"]
   return row
 
 
 def table(rows: list[dict]) -> str:
-  head = ("| trajectories | steps | params | mujoco.sysid (s) | diffsim (s) | sysid / diffsim | diffsim compile (s) | "
-          "iterations sysid / diffsim | rollouts sysid / diffsim (worlds) | max rel. error sysid | "
-          "max rel. error diffsim |")
-  lines = [head, "|" + "---|" * 11]
+  head = ("| trajectories | steps | params | mujoco.sysid (s) | diffsim (s) | sysid / diffsim | diffsim directional (s) | "
+          "sysid / directional | diffsim compile (s) | iterations sysid / diffsim / directional | "
+          "rollouts sysid / diffsim (worlds) / directional (worlds) | max rel. error sysid / diffsim / directional |")
+  lines = [head, "|" + "---|" * 12]
   for r in rows:
     lines.append(
       f"| {r['ntraj']} | {r['steps']} | {r['nparam']} | {r['sysid_s']:.3g} | {r['diffsim_s']:.3g} | "
-      f"{r['speedup']:.3g} | {r.get('diffsim_compile_s', float('nan')):.1f} | {r['sysid_nit']} / {r['diffsim_nit']} | "
-      f"{r['sysid_nfev']}x{r['ntraj']} / {r['diffsim_nfev']} ({r['diffsim_worlds']}) | {r['sysid_err']:.1e} | "
-      f"{r['diffsim_err']:.1e} |")
+      f"{r['speedup']:.3g} | {r['directional_s']:.3g} | {r['directional_speedup']:.3g} | "
+      f"{r.get('diffsim_compile_s', float('nan')):.1f} | {r['sysid_nit']} / {r['diffsim_nit']} / {r['directional_nit']} | "
+      f"{r['sysid_nfev']}x{r['ntraj']} / {r['diffsim_nfev']} ({r['diffsim_worlds']}) / {r['directional_nfev']} "
+      f"({r['directional_worlds']}) | {r['sysid_err']:.1e} / {r['diffsim_err']:.1e} / {r['directional_err']:.1e} |")
   return "\n".join(lines)
 
 

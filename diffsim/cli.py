@@ -72,6 +72,9 @@ def _add_sysid(sub) -> None:
   p.add_argument("--no-normalize", action="store_true",
                  help="do not divide each signal by its spread (weights then carry the units)")
   p.add_argument("--solver", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
+  p.add_argument("--jacobian", choices=("forward", "directional"), default="forward",
+                 help="LM's residual Jacobian: step Jacobians propagated forward (default), or forward mode with "
+                      "a lane per parameter (faster with few parameters, less precise on constrained models)")
   p.add_argument("--iters", type=int, default=30, help="maximum iterations (default 30)")
   p.add_argument("--lr", type=float, default=0.05, help="Adam step, relative to each parameter (default 0.05)")
   p.add_argument("--shooting", type=int, default=None, metavar="K",
@@ -107,7 +110,8 @@ def _run_sysid(args) -> int:
       warnings.simplefilter("always", sysid.IdentifiabilityWarning)
       res = sysid.identify(
         args.model, list(args.data), args.params, bounds=dict(args.bounds), weights=dict(args.weight),
-        normalize=not args.no_normalize, solver=args.solver, iters=args.iters, lr=args.lr, shooting=args.shooting,
+        normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters, lr=args.lr,
+        shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample, fit_qpos0=args.fit_qpos0, device=args.device,
         out=args.out, plots=not args.no_plots, progress=not args.quiet)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,

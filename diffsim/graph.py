@@ -53,11 +53,6 @@ class Replay:
     self.stages = [(stages, 1)] if callable(stages) else list(stages)
     self.graphs = None
 
-  def reset(self) -> None:
-    """Drops the graphs, so the next call captures again: after an array the stages launch on was
-    reallocated (a graph keeps the addresses it was captured with)."""
-    self.graphs = None
-
   def __call__(self) -> None:
     if self.graphs is None and self.enabled:
       self.graphs, ran = capture(self.device, self.stages)

@@ -20,7 +20,7 @@ state and sensor are needed (system identification with a handful of parameters)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import warp as wp
@@ -415,8 +415,8 @@ class Rollout:
       check_finite(traj)
     return traj
 
-  def stages(self, ctrl, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False,
-             tangent0=None) -> tuple[list, Trajectory]:
+  def stages(self, ctrl, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False, tangent0=None,
+             after_step: Callable[[int, wp.array], None] | None = None) -> tuple[list, Trajectory]:
     """The rollout as graph-capture stages, for loops that replay it (no tape).
 
     Returns `(stages, traj)`: `stages` is `[(fn, repeats)]` — the start, one step repeated `nstep`
@@ -424,17 +424,25 @@ class Rollout:
     `diffsim.graph.capture` and replay in order; `traj` is the `Trajectory` the replays write. The
     arrays passed are the ones every replay reads. Capturing one step instead of `nstep` makes the
     capture cost independent of the horizon (on the CPU, capturing an MJWarp step costs tens of ms).
+
+    `after_step(k0, count)` launches kernels that run after each step and after the final sensors
+    (e.g. a tangent-linear sweep over the step Jacobians); they read the step just formed as
+    `k0 + count[0]` (`count`: `(1,)` int device array).
     """
     call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0)
     count = call.stepper.count
 
     def step():
       self._step(call, 0)
+      if after_step is not None:
+        after_step(0, count)
       call.stepper.advance()
 
     def last():
       count.zero_()  # back to absolute step indices
       self._epilogue(call)
+      if after_step is not None:
+        after_step(self.nstep, count)
 
     return [(lambda: self._prologue(call), 1), (step, self.nstep), (last, 1)], call.traj
 

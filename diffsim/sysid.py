@@ -14,33 +14,33 @@ normal equations on its own (Schur complement), so thousands of shooting segment
 
 Solvers:
   - `"lm"` (default): Levenberg-Marquardt (Gauss-Newton with Marquardt damping, projected onto
-    the bounds). The residual Jacobian comes from *forward mode*: the linearized rollout
-    (`Rollout(directions=ncol)`) steps, besides each world's nominal lane, one lane per column of
-    the Jacobian — a parameter, or an unknown initial state coordinate of that world — moved along
-    that column's tangent `dx_k/d(unknown)`, so each step's difference from the nominal lane is
-    the next tangent, `A_k dx_k + P_k e`, without forming `A_k`. Lanes per world: `1 + ncol`
-    (forward differences) against `1 + 2 nv + nparam` to form the step Jacobians and propagate
-    them by matrix products (the 5-link arm of `benchmarks/bench_sysid.py`: 11 lanes instead of
-    21, and 2.2x faster on 64 trajectories). The alternative, reverse mode
-    on the tape (`jacobian="tape"`), needs one backward sweep per residual block (sample x signal,
-    all worlds at once): `nsample * nres` sweeps, growing with the square of the recording's
-    length, against one rollout for any length. The nominal lane of the linearized rollout also
-    gives the cost at the trial point, so accepting or rejecting a step needs no extra rollout.
-    Precision: a parameter column moves the state by the parameter's step times the tangent (one
-    step for both, fixed per rollout), so a signal that depends weakly on a parameter changes by
-    little more than float32 resolves. Against float64 MuJoCo (ball-and-free-joint
-    model, 60 steps, forward differences) the state tangents are within 1e-3 to 9e-3 where
-    propagated step Jacobians are within 2e-4 to 4e-3, and a sensor that barely depends on one
-    parameter within 3e-2 (7e-3); `tests/test_gradients.py` checks both modes. The Jacobian only
-    steers LM and sets the confidence intervals; the residuals, computed exactly, set the minimum
-    (the recovered parameters are as precise as before). `central=True` or `jacobian="tape"` for
-    precise confidence intervals of weakly identified parameters.
+    the bounds). The residual Jacobian (`jacobian=`) comes from one of:
+      - `"forward"` (default): *tangent-linear propagation* of the per-step Jacobians that a
+        linearized rollout forms (`1 + nx + nparam` lanes per world, forward differences):
+        `dx_{k+1}/dtheta = A_k dx_k/dtheta + P_k`, `ds_k/dtheta = C_k dx_k/dtheta + Q_k`, one kernel
+        per step inside the rollout's step graph, a thread per (world, column).
+      - `"directional"`: *forward mode* (`Rollout(directions=ncol)`): besides the nominal lane, one
+        lane per column (a parameter, or an unknown initial state coordinate) steps the state moved
+        along that column's tangent, so its difference from the nominal lane is the next tangent
+        without forming `A_k`: `1 + ncol` lanes. Fewer lanes when the parameters are few against the
+        state (the 5-link arm of `benchmarks/bench_sysid.py`: 11 instead of 21, 1.9x faster on 64
+        trajectories, same result), but less precise: a parameter column moves the state by the
+        parameter's step times the tangent (one step for both, fixed per rollout), so the state
+        perturbation grows with the sensitivity and crosses the kinks of constraint forces. On the
+        SO-101 of tutorial 06 (frictionloss, 1,500 steps) its columns differ from "forward"'s by 0.3-9%
+        and LM stalls short of the minimum (15 of 18 parameters within 3 std of the truth, against
+        18 of 18); on smooth models it is within 1e-3..9e-3 of float64 MuJoCo (tests/test_gradients.py).
+      - `"tape"`: reverse mode, one backward sweep per residual block (sample x signal, all worlds
+        at once): `nsample * nres` sweeps, growing with the square of the recording's length, against
+        one rollout for any length. For checks.
+    The nominal lane of the linearized rollout also gives the cost at the trial point, so accepting
+    or rejecting a step needs no extra rollout.
   - `"adam"`: first-order, with the gradient of the cost from one `tape.backward()` sweep. For
     problems with very many parameters, where the dense `nparam x nparam` normal equations and the
     `(nworld, nsample, nres, nparam)` Jacobian become the bottleneck; needs far more iterations
-    than LM, and keeps initial states at their measured or estimated values. Its rollout forms the
-    step Jacobians by finite differences (a lane per state coordinate and parameter; controls are
-    data and get none), so its cost grows with the parameter count, as LM's does with the columns.
+    than LM, and keeps initial states at their measured or estimated values. The step Jacobians are
+    finite differences either way (a lane per state coordinate and parameter; controls are data and
+    get none), so a rollout's cost grows with the parameter count in both.
 
 Speed: the linearized rollout is captured once as graphs (`Rollout.stages`: the step is one graph
 replayed `nstep` times, so capturing costs one step whatever the recording's length) and replayed
@@ -78,7 +78,7 @@ import warp as wp
 from . import data as _data
 from .kernels import quat_sub
 from .graph import Replay
-from .params import Param, ParamLayout, _POSITIVE
+from .params import Param, _POSITIVE
 from .rollout import Rollout
 from .scene import Scene, SolverSettings, _load_mjmodel, copy_mjmodel
 
@@ -154,6 +154,52 @@ def _half_sum_squares(
   w, j, i = wp.tid()
   r = res[w, j, i]
   wp.atomic_add(cost_out, world_start[w], 0.5 * r * r)
+
+
+@wp.kernel
+def _tangent_linear(
+  # In:
+  nv: int,
+  nu: int,
+  nparam: int,
+  k0: int,
+  count: wp.array[int],  # (1,) step k = k0 + count[0] (see `Rollout.stages`)
+  nstep: int,
+  step_slot: wp.array2d[int],  # (nworld, nstep + 1) sample slot of each step, -1: none
+  jac: wp.array4d[float],  # (nworld, nstep, nx, nz) step Jacobians [A B P]
+  sjac: wp.array4d[float],  # (nworld, nstep + 1, ns, nz) sensor Jacobians [C D Q]
+  weight: wp.array3d[float],  # (nworld, nsample, nres)
+  dx_in: wp.array3d[float],  # (nworld, nx, ncol) dx_k/d(theta, qvel0)
+  # Out:
+  dx_out: wp.array3d[float],  # (nworld, nx, ncol) dx_{k+1}/d(theta, qvel0)
+  rjac_out: wp.array4d[float],  # (nworld, nsample, nres, ncol) dr/d(theta, qvel0)
+):
+  # columns c < nparam are parameters (direct terms P, Q); the others are initial velocities,
+  # which enter only through dx_0
+  w, c = wp.tid()
+  k = k0 + count[0]
+  nx = dx_in.shape[1]
+  th = nx + nu + c  # column of theta_c in z
+  j = step_slot[w, k]
+  if j >= 0:
+    # residuals of sample j: state rows are dx_k, sensor rows C_k dx_k + Q_k
+    for i in range(2 * nv):
+      rjac_out[w, j, i, c] = weight[w, j, i] * dx_in[w, i, c]
+    for s in range(sjac.shape[2]):
+      g = float(0.0)
+      if c < nparam:
+        g = sjac[w, k, s, th]
+      for l in range(nx):
+        g += sjac[w, k, s, l] * dx_in[w, l, c]
+      rjac_out[w, j, 2 * nv + s, c] = weight[w, j, 2 * nv + s] * g
+  if k < nstep:
+    for i in range(nx):
+      g = float(0.0)
+      if c < nparam:
+        g = jac[w, k, i, th]
+      for l in range(nx):
+        g += jac[w, k, i, l] * dx_in[w, l, c]
+      dx_out[w, i, c] = g
 
 
 @wp.kernel
@@ -616,7 +662,10 @@ class _Problem:
     # device
     self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver)
     self.params = params
-    self.layout = ParamLayout(self.scene, params)
+    # controls are data here: no Jacobian columns (and lanes) for them
+    self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central,
+                      ctrl_jacobian=False, eps=eps)
+    self.layout = self.ro.layout
     self.nparam = self.layout.nparam
     self._rollout_args = dict(params=params, central=central, eps=eps)
     self._capture = capture
@@ -640,18 +689,28 @@ class _Problem:
         dx0[w, nv:2 * nv, n + bq:n + bq + nv] = np.eye(nv)
     self.dx0 = wp.array(dx0, dtype=float, device=dev)
     self.slot_step = wp.array(tile(slot_step), dtype=int, device=dev)
+    step_slot = np.full((self.nworld, N + 1), -1, np.int32)
+    for w, row in enumerate(tile(slot_step)):
+      for j, k in enumerate(row):
+        if k >= 0:
+          step_slot[w, k] = j
+    self.step_slot = wp.array(step_slot, dtype=int, device=dev)
     self.meas = {k: f32(v) for k, v in meas.items()}
     self.weight = f32(wgt)
     self.res = wp.zeros((self.nworld, S, self.nres), dtype=float, device=dev, requires_grad=True)
     self.rjac = wp.zeros((self.nworld, S, self.nres, self.ncol), dtype=float, device=dev)
+    self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]  # in, out
     self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
     self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.nrollout = 0
-    # rollouts, built on first use: forward mode for LM, reverse mode (tape) for Adam and jacobian="tape"
-    self._fm = self._rm = None
-    self._lin = None
+    # LM's linearized rollout (step Jacobians + tangent-linear sweep) is a few graph replays after its
+    # first call; its step is one graph replayed nstep times, so capturing costs one step, not nstep.
+    # jacobian="directional" builds a forward-mode rollout on first use.
+    self._lin = Replay(dev, self._stages(), capture)
+    self._fm = self._dir = None
+    self._last = self.ro  # the rollout of the last linearization or gradient (see sim_worlds)
 
   # -- evaluation -----------------------------------------------------------------------------------
 
@@ -696,43 +755,53 @@ class _Problem:
       wp.launch(_scatter_theta, dim=(self.nworld, p.dim), device=self.scene.device,
                 inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
 
-  def _new_rollout(self, **kw) -> Rollout:
-    batch = self.scene._batch
-    # controls are data here: no Jacobian columns (lanes) for them
-    ro = Rollout(self.scene, self.nstep, ctrl_jacobian=False, **self._rollout_args, **kw)
-    if self.scene._batch != batch and self._lin is not None:
-      self._lin.reset()  # the parameters' model rows were reallocated under the captured graphs
-    return ro
+  @property
+  def sim_worlds(self) -> int:
+    """MJWarp worlds (worlds x lanes) of the last differentiated rollout."""
+    return self._last.fd.nlane * self.nworld
+
+  def _rollout(self):
+    self._last = self.ro
+    return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0)
+
+  def _stages(self) -> list:
+    """The linearized rollout, residuals and their Jacobian `rjac` by the tangent-linear sweep, as
+    stages to capture (`Rollout.stages`)."""
+    stages, traj = self.ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0,
+                                  linearize=True, after_step=self._propagate_step)
+
+    def start():
+      wp.copy(self.dx[0], self.dx0)
+      self.rjac.zero_()
+
+    def finish():
+      self.traj = traj
+      self._residuals(traj)
+
+    return [(start, 1)] + stages + [(finish, 1)]
+
+  def _propagate_step(self, k0: int, count: wp.array) -> None:
+    """One step of the tangent-linear sweep (`rjac` = d(residual)/d(unknowns) from the step
+    Jacobians), run right after the rollout forms step `k0 + count[0]`'s Jacobians."""
+    s = self.scene
+    J, Sj = self.ro.jacobians()
+    wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
+              inputs=[s.nv, s.nu, self.nparam, k0, count, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[0]],
+              outputs=[self.dx[1], self.rjac])
+    wp.copy(self.dx[0], self.dx[1])
 
   @property
   def forward_mode(self) -> Rollout:
-    """The linearized rollout of LM: forward mode with a lane per column of the residual Jacobian
-    (parameters, then the world's nuisance block), `1 + ncol` lanes (forward differences)."""
+    """jacobian="directional": a forward-mode rollout with a lane per column of the residual
+    Jacobian (parameters, then the world's nuisance block), built on first use. It needs no more
+    model rows per world than `ro` (`1 + ncol <= 1 + nx + nparam` lanes), so `ro`'s graphs stay valid."""
     if self._fm is None:
-      self._fm = self._new_rollout(directions=self.ncol)
-      # captured on its first replay; the step is one graph replayed nstep times, so capturing
-      # costs one step, not nstep
-      self._lin = Replay(self.scene.device, self._linearized_stages(), self._capture)
+      self._fm = Rollout(self.scene, self.nstep, ctrl_jacobian=False, directions=self.ncol, **self._rollout_args)
+      self._dir = Replay(self.scene.device, self._directional_stages(), self._capture)
     return self._fm
 
-  @property
-  def reverse_mode(self) -> Rollout:
-    """The rollout recorded on a tape (Adam's gradient, `jacobian="tape"`): step Jacobians over state
-    and parameters, `1 + nx + nparam` lanes (forward differences)."""
-    if self._rm is None:
-      self._rm = self._new_rollout()
-    return self._rm
-
-  @property
-  def sim_worlds(self) -> int:
-    """MJWarp worlds of the differentiated rollouts built so far (the larger)."""
-    return max([ro.fd.nlane * self.nworld for ro in (self._fm, self._rm) if ro is not None] or [self.nworld])
-
-  def _rollout(self):
-    return self.reverse_mode(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0)
-
-  def _linearized_stages(self) -> list:
-    """Rollout, residuals and their Jacobian `rjac` from the tangents, as stages to capture."""
+  def _directional_stages(self) -> list:
+    """Forward-mode rollout, residuals and their Jacobian `rjac` from the tangents, as stages to capture."""
     ro = self._fm
     stages, traj = ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=True,
                              tangent0=self.dx0)
@@ -745,6 +814,13 @@ class _Problem:
                 inputs=[self.scene.nv, self.slot_step, dx, ds, self.weight], outputs=[self.rjac])
 
     return stages + [(finish, 1)]
+
+  def _replay(self, ro: Rollout, replay: Replay) -> None:
+    self.nrollout += 1
+    self._last = ro
+    if self.layout.inertial:
+      ro.update_constants()  # graphs replay the parameter writes, not set_const
+    replay()
 
   def _residuals(self, traj) -> None:
     s = self.scene
@@ -768,11 +844,10 @@ class _Problem:
     if jacobian == "tape":
       r, G = self._jacobian_tape()
     else:
-      ro = self.forward_mode
-      self.nrollout += 1
-      if self.layout.inertial:
-        ro.update_constants()  # graphs replay the parameter writes, not set_const
-      self._lin()
+      if jacobian == "directional":
+        self._replay(self.forward_mode, self._dir)
+      else:
+        self._replay(self.ro, self._lin)
       r = self.res.numpy().astype(np.float64)
       G = self.rjac.numpy().astype(np.float64)
     cost = self._costs(r)
@@ -901,7 +976,7 @@ class SysIdResult:
     wall_time: seconds spent solving (the first iteration includes kernel compilation when the
       cache is cold).
     nresidual: number of weighted residuals.
-    sim_worlds: MJWarp worlds a differentiated rollout steps (worlds times perturbation lanes).
+    sim_worlds: MJWarp worlds the solver's differentiated rollout steps (worlds times lanes).
     solver: `"lm"` or `"adam"`.
     bounds: `{name: (lower, upper)}`.
     initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
@@ -1288,8 +1363,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     x0: `{name: value}` initial guess overriding the MJCF value.
     lr: Adam step, relative to each parameter's initial magnitude.
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these.
-    jacobian: `"forward"` (forward mode, a lane per column of the Jacobian, default) or `"tape"`
-      (reverse mode, one backward pass per residual block: for checks; much slower).
+    jacobian: `"forward"` (step Jacobians propagated forward, default), `"directional"` (forward
+      mode: a lane per column of the Jacobian; fewer lanes, less precise, see the module docstring)
+      or `"tape"` (reverse mode, one backward pass per residual block: for checks; much slower).
     resample: resample recordings whose sample times are off the timestep grid instead of failing.
     fit_qvel0: solve for the initial velocity of each world (recording, or shooting segment) together
       with the parameters, starting from a finite-difference estimate from `qpos`. `None` (default):
@@ -1317,8 +1393,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   """
   if solver not in ("lm", "adam"):
     raise ValueError(f"solver must be 'lm' or 'adam', got {solver!r}")
-  if jacobian not in ("forward", "tape"):
-    raise ValueError(f"jacobian must be 'forward' or 'tape', got {jacobian!r}")
+  if jacobian not in ("forward", "directional", "tape"):
+    raise ValueError(f"jacobian must be 'forward', 'directional' or 'tape', got {jacobian!r}")
   if not isinstance(iters, (int, np.integer)) or iters < 0:
     raise ValueError(f"iters must be a non-negative integer, got {iters!r}")
   source = model

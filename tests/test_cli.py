@@ -95,11 +95,13 @@ def test_argument_errors(capsys):
   assert "NAME=LOWER,UPPER" in capsys.readouterr().err
 
 
-def test_sysid_end_to_end(files, capsys):
-  out = files / "out"
+@pytest.mark.parametrize("jacobian", ["forward", "directional"])
+def test_sysid_end_to_end(files, capsys, jacobian):
+  out = files / f"out_{jacobian}"
   code = cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), str(files / "run1.npz"),
                    "--param", "body_mass:pole", "--param", "dof_damping:hinge", "--bounds", "body_mass:pole=0.1,5",
-                   "--weight", "qvel=0.5", "--device", "cpu", "--iters", "15", "--out", str(out)])
+                   "--weight", "qvel=0.5", "--device", "cpu", "--iters", "15", "--jacobian", jacobian,
+                   "--out", str(out)])
   captured = capsys.readouterr()
   assert code == 0, captured.err
   lines = captured.out.strip().splitlines()

@@ -120,8 +120,9 @@ def _reference_residual_jacobian(prob, x, recs, delta=1e-6):
 
 
 def test_residual_jacobian_matches_mujoco():
-  # forward mode (LM's default) and reverse mode (one backward pass per residual block) against
-  # central differences of float64 MuJoCo C, for the parameters and for initial states solved for
+  # the three ways to the residual Jacobian (step Jacobians propagated forward, forward mode, reverse
+  # mode) against central differences of float64 MuJoCo C, for the parameters and for initial
+  # states solved for
   mjm = mujoco.MjModel.from_xml_string(GUESS)
   recs = [D.simulate(TRUTH, _ctrl(31, 0.01), qpos0=[0.3]),
           D.simulate(TRUTH, _ctrl(16, 0.02, 0.5, 1.0), qpos0=[-0.2], qvel0=[1.0], substeps=2,
@@ -134,38 +135,22 @@ def test_residual_jacobian_matches_mujoco():
   x = prob.x0(np.array([[0.5, 0.05], [0.58, 0.09]]))
   x[:, 2:] += [0.01, -0.1, 0.02, 0.3]
   ref = _reference_residual_jacobian(prob, x, recs)
-  f = prob.linearize(x, jacobian="forward")
-  forward = prob.rjac.numpy()
-  _, tape = prob._jacobian_tape()
-  for name, G in (("forward", forward), ("tape", tape)):
+  normal = {}
+  jac = {}
+  for how in ("forward", "directional"):
+    normal[how] = prob.linearize(x, jacobian=how)
+    jac[how] = prob.rjac.numpy().copy()
+  _, jac["tape"] = prob._jacobian_tape()
+  for how, G in jac.items():
     for c in range(prob.ncol):
       err = np.linalg.norm(G[..., c] - ref[..., c]) / np.linalg.norm(ref[..., c])
-      assert err < 1e-2, f"{name} mode, column {c}: relative error {err:.2e}"
-  # the normal equations are the same whichever way the Jacobian is formed
-  t = prob.linearize(x, jacobian="tape")
-  np.testing.assert_allclose(t.cost, f.cost, rtol=1e-6)
-  np.testing.assert_allclose(t.gt, f.gt, rtol=1e-2, atol=1e-3 * np.abs(f.gt).max())
-
-
-def test_forward_mode_recaptures_after_the_tape_adds_lanes(rec):
-  # no unknown initial state: forward mode needs 1 + 2 lanes per world, the tape's rollout 1 + nx + 2.
-  # Building the latter gives the parameters more model rows; forward mode's captured graphs would
-  # then replay on freed rows, so it captures them again
-  mjm = mujoco.MjModel.from_xml_string(GUESS)
-  prob = S._Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS], weights=None, normalize=True, shooting=None,
-                    nstart=1, device="cpu", solver=None, central=False, eps=None)
-  x = prob.x0(np.array([[0.5, 0.05]]))
-  first = prob.linearize(x)
-  rjac = prob.rjac.numpy().copy()
-  assert prob.forward_mode.fd.nlane == 1 + prob.nparam
-  rows = prob.scene._batch
-  assert prob._lin.graphs is not None
-  prob.gradient()  # builds the tape's rollout
-  assert prob.scene._batch == prob.reverse_mode.fd.nlane * prob.nworld > rows
-  assert prob._lin.graphs is None  # dropped, to be captured again
-  again = prob.linearize(x)
-  np.testing.assert_array_equal(again.cost, first.cost)
-  np.testing.assert_array_equal(prob.rjac.numpy(), rjac)
+      assert err < 1e-2, f"jacobian={how!r}, column {c}: relative error {err:.2e}"
+  # the normal equations agree whichever way the Jacobian is formed
+  normal["tape"] = prob.linearize(x, jacobian="tape")
+  f = normal["forward"]
+  for how in ("directional", "tape"):
+    np.testing.assert_allclose(normal[how].cost, f.cost, rtol=1e-6)
+    np.testing.assert_allclose(normal[how].gt, f.gt, rtol=1e-2, atol=1e-3 * np.abs(f.gt).max())
 
 
 def test_several_recordings_share_parameters():
