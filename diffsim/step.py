@@ -25,7 +25,9 @@ step `h`, so its difference from the nominal lane is directly the next tangent,
   dx_{k+1}[:, c] = A dx_k[:, c] + P e_c,   ds_k[:, c] = C dx_k[:, c] + Q e_c,
 
 the tangent-linear recursion without forming `A`: `1 + m` lanes (forward) instead of
-`1 + nx + nparam`, and no matrix product per step.
+`1 + nx + nparam`, and no matrix product per step. The price is precision: the state moves by the
+parameter's step times the tangent, a perturbation not chosen for the state (see `diffsim.sysid`,
+`jacobian="directional"`).
 
 `FiniteDifferenceStep` is the only place that knows how Jacobians are made; an analytic adjoint
 can replace it behind the same three methods (`begin`, `step`, `sense`).

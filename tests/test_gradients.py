@@ -198,8 +198,8 @@ def test_forward_mode_tangents_match_mujoco(ball_free, central):
   included), against central differences of float64 MuJoCo C rollouts.
 
   Checked as the tape gradients are: a random linear functional of every output, per direction
-  (forward differences, the system-identification default, included); with central differences also
-  the state tangent of every step.
+  (also with forward differences, as system identification's `jacobian="directional"` uses them);
+  with central differences also the state tangent of every step.
   """
   m = ball_free.mjm
   rng = np.random.default_rng(1)
