@@ -18,7 +18,10 @@ one small read) to timestamp it. Reported per solver:
     functions in two runs of different lengths (`log_every` = the run length, so no progress read)
     and differencing, which cancels set-up and result copies. The issue's target is 0 reads and
     writes for Adam and iLQR; L-BFGS (scipy on the host) needs one write and one read per
-    function evaluation.
+    function evaluation;
+  - iLQR only: `first_iter_one_graph_s` / `first_iter_looped_s`, its first iteration on a fresh
+    problem (graph capture included, kernels compiled) with the iteration captured as one graph
+    (the GPU's default) and with the rollouts' step captured once and replayed per step (the CPU's).
 
 Run: `python -m benchmarks.bench_trajopt [--device cpu] [--problems cartpole so101] [--quick]`.
 Prints a Markdown table and writes `benchmarks/results/trajopt_<device>.json` (temp file, then rename).
@@ -132,6 +135,24 @@ def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: 
   return {k: (counts[1][k] - counts[0][k]) / dn for k in counts[0]}
 
 
+def ilqr_first_iteration(name: str, nworld: int, device, quick: bool, options: dict) -> dict:
+  """Seconds of iLQR's first iteration, graph capture included (kernels already compiled), with the
+  whole iteration captured as one graph (`one_graph`, the GPU's default) and with the rollouts'
+  step captured once and replayed per step (`looped`, the CPU's default); a fresh problem each."""
+  out = {}
+  for key, loop in (("one_graph", False), ("looped", True)):
+    problem, _ = make_problem(name, nworld, quick, device)
+    default = diffsim.trajopt._ILQR.loop_steps
+    diffsim.trajopt._ILQR.loop_steps = loop
+    try:
+      t = time.perf_counter()
+      diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, quiet=True, options=options)
+      out[key] = time.perf_counter() - t
+    finally:
+      diffsim.trajopt._ILQR.loop_steps = default
+  return out
+
+
 def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solvers=SOLVERS) -> list[dict]:
   t = time.perf_counter()
   problem, success = make_problem(name, nworld, quick, device)
@@ -164,6 +185,7 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
     hits = {tol: next(((nit, s) for nit, s, fun in r["stamps"] if np.all(fun <= ref + tol * np.abs(ref))), None)
             for tol in (1.0, rtol)}
     traffic = traffic_per_iteration(problem, method, r["opts"])
+    first = ilqr_first_iteration(name, nworld, device, quick, r["opts"]) if method == "ilqr" else {}
     ok = success(res)
     rows.append({
       "problem": name, "method": method, "nworld": problem.nworld, "horizon": problem.horizon,
@@ -177,6 +199,7 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
       "final_cost_median": float(np.median(res.fun)), "final_cost_max": float(np.max(res.fun)),
       "success_rate": float(np.mean(ok)),
       **{f"{k}_per_iter": v for k, v in traffic.items()},
+      **{f"first_iter_{k}_s": v for k, v in first.items()},
     })
   return rows
 
@@ -194,6 +217,12 @@ def table(rows: list[dict]) -> str:
                  f"{r['writes_per_iter']:.2f} | {r['launches_per_iter']:.1f} | {r['replays_per_iter']:.1f} | "
                  f"{r['warmup_s']:.1f} s |")
   rtol = rows[0]["rtol"] if rows else 0.1
+  for r in rows:
+    if "first_iter_looped_s" in r:
+      lines.append("")
+      lines.append(f"{r['problem']}, iLQR's first iteration (graph capture included): one graph "
+                   f"{r['first_iter_one_graph_s']:.2f} s, step graph replayed per step "
+                   f"{r['first_iter_looped_s']:.2f} s ({r['first_iter_one_graph_s'] / r['first_iter_looped_s']:.1f}x)")
   lines.append("")
   lines.append(f"Threshold: every world within {100 * rtol:.0f}% of the lowest final cost any solver reached for "
                "it (2x best: within 100%). Traffic: per iteration, with no progress reads (see "

@@ -1039,9 +1039,10 @@ class _ILQR(_Solver):
 
   method = "ilqr"
   # Graphs of an iteration: on a GPU one (launching a graph costs microseconds there, capturing
-  # one little); on the CPU, where capturing an MJWarp step costs tens of ms (the first iteration of
-  # a 200-step cart-pole swing-up: 8.7 s) and replaying a graph almost nothing, the rollouts' step
-  # is captured once and replayed `horizon` times (0.9 s). None: by device.
+  # one little); on the CPU, where capturing an MJWarp step costs tens of ms and replaying a graph
+  # almost nothing, the rollouts' step is captured once and replayed `horizon` times (the first
+  # iteration of the 200-step cart-pole swing-up, capture included: 24.7 s as one graph, 0.40 s
+  # looped; `benchmarks/bench_trajopt.py`). None: by device.
   loop_steps: bool | None = None
 
   def __init__(self, problem, options, capacity, capture):
