@@ -45,6 +45,56 @@ __all__ = ["FiniteDifferenceStep"]
 _FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 
 
+@wp.func
+def _copy_nominal(
+  lw: int, w: int, step: int, ctrl_step: int,
+  qpos_in: wp.array3d[float], qvel_in: wp.array3d[float], act_in: wp.array3d[float],
+  ctrl_in: wp.array3d[float], warm_in: wp.array2d[float],
+  qpos_out: wp.array2d[float], qvel_out: wp.array2d[float], act_out: wp.array2d[float],
+  ctrl_out: wp.array2d[float], qacc_warmstart_out: wp.array2d[float],
+):
+  """Lane world `lw` starts from world `w`'s state `step`, control `ctrl_step` and warm start."""
+  for i in range(qpos_out.shape[1]):
+    qpos_out[lw, i] = qpos_in[w, step, i]
+  for i in range(qvel_out.shape[1]):
+    qvel_out[lw, i] = qvel_in[w, step, i]
+    qacc_warmstart_out[lw, i] = warm_in[w, i]
+  for i in range(act_out.shape[1]):
+    act_out[lw, i] = act_in[w, step, i]
+  for i in range(ctrl_out.shape[1]):
+    ctrl_out[lw, i] = ctrl_in[w, ctrl_step, i]
+
+
+@wp.func
+def _state_difference(
+  njnt: int, jnt_type: wp.array[int], jnt_qposadr: wp.array[int], jnt_dofadr: wp.array[int],
+  qpos: wp.array2d[float], qvel: wp.array2d[float], act: wp.array2d[float],
+  lp: int, lm: int, inv: float,
+  out: wp.array4d[float], w: int, k: int, c: int,
+):
+  """`out[w, k, :, c]` = (state of lane world `lp` - that of `lm`) * `inv`, qpos in the tangent space."""
+  nv = qvel.shape[1]
+  for j in range(njnt):
+    typ = jnt_type[j]
+    qadr = jnt_qposadr[j]
+    dadr = jnt_dofadr[j]
+    if typ == _SLIDE or typ == _HINGE:
+      out[w, k, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
+    else:
+      if typ == _FREE:
+        for i in range(3):
+          out[w, k, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
+        qadr += 3
+        dadr += 3
+      dq = quat_sub(load_quat(qpos, lp, qadr), load_quat(qpos, lm, qadr)) * inv
+      for i in range(3):
+        out[w, k, dadr + i, c] = dq[i]
+  for i in range(nv):
+    out[w, k, nv + i, c] = (qvel[lp, i] - qvel[lm, i]) * inv
+  for i in range(act.shape[1]):
+    out[w, k, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
+
+
 @wp.kernel
 def _lanes_in(
   # Model:
@@ -80,19 +130,11 @@ def _lanes_in(
   lw = wp.tid()
   w = lw % nworld
   lane = lw // nworld
-  nq = qpos_out.shape[1]
   nv = qvel_out.shape[1]
   na = act_out.shape[1]
   nu = ctrl_out.shape[1]
-  for i in range(nq):
-    qpos_out[lw, i] = qpos_in[w, step, i]
-  for i in range(nv):
-    qvel_out[lw, i] = qvel_in[w, step, i]
-    qacc_warmstart_out[lw, i] = warm_in[w, i]
-  for i in range(na):
-    act_out[lw, i] = act_in[w, step, i]
-  for i in range(nu):
-    ctrl_out[lw, i] = ctrl_in[w, ctrl_step, i]
+  _copy_nominal(lw, w, step, ctrl_step, qpos_in, qvel_in, act_in, ctrl_in, warm_in,
+                qpos_out, qvel_out, act_out, ctrl_out, qacc_warmstart_out)
 
   c = lane_coord[lane]
   if c < 0:
@@ -209,26 +251,7 @@ def _lanes_out(
     sjac_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
   if with_state == 0:
     return
-
-  for j in range(njnt):
-    typ = jnt_type[j]
-    qadr = jnt_qposadr[j]
-    dadr = jnt_dofadr[j]
-    if typ == _SLIDE or typ == _HINGE:
-      jac_out[w, step, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
-    else:
-      if typ == _FREE:
-        for i in range(3):
-          jac_out[w, step, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
-        qadr += 3
-        dadr += 3
-      dq = quat_sub(load_quat(qpos, lp, qadr), load_quat(qpos, lm, qadr)) * inv
-      for i in range(3):
-        jac_out[w, step, dadr + i, c] = dq[i]
-  for i in range(nv):
-    jac_out[w, step, nv + i, c] = (qvel[lp, i] - qvel[lm, i]) * inv
-  for i in range(na):
-    jac_out[w, step, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
+  _state_difference(njnt, jnt_type, jnt_qposadr, jnt_dofadr, qpos, qvel, act, lp, lm, inv, jac_out, w, step, c)
 
 
 @wp.func
@@ -287,18 +310,10 @@ def _tangent_lanes_in(
   lw = wp.tid()
   w = lw % nworld
   lane = lw // nworld
-  nq = qpos_out.shape[1]
   nv = qvel_out.shape[1]
   na = act_out.shape[1]
-  for i in range(nq):
-    qpos_out[lw, i] = qpos_in[w, step, i]
-  for i in range(nv):
-    qvel_out[lw, i] = qvel_in[w, step, i]
-    qacc_warmstart_out[lw, i] = warm_in[w, i]
-  for i in range(na):
-    act_out[lw, i] = act_in[w, step, i]
-  for i in range(ctrl_out.shape[1]):
-    ctrl_out[lw, i] = ctrl_in[w, ctrl_step, i]
+  _copy_nominal(lw, w, step, ctrl_step, qpos_in, qvel_in, act_in, ctrl_in, warm_in,
+                qpos_out, qvel_out, act_out, ctrl_out, qacc_warmstart_out)
 
   c = lane_coord[lane]
   if c < 0:
@@ -352,7 +367,6 @@ def _tangent_lanes_out(
 ):
   step = step0 + step_count[0]
   w, c = wp.tid()
-  nv = qvel.shape[1]
   lp = (1 + c * wp.where(central != 0, 2, 1)) * nworld + w
   lm = w
   if central != 0:
@@ -362,25 +376,7 @@ def _tangent_lanes_out(
     ds_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
   if with_state == 0:
     return
-  for j in range(njnt):
-    typ = jnt_type[j]
-    qadr = jnt_qposadr[j]
-    dadr = jnt_dofadr[j]
-    if typ == _SLIDE or typ == _HINGE:
-      dx_out[w, step + 1, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
-    else:
-      if typ == _FREE:
-        for i in range(3):
-          dx_out[w, step + 1, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
-        qadr += 3
-        dadr += 3
-      dq = quat_sub(load_quat(qpos, lp, qadr), load_quat(qpos, lm, qadr)) * inv
-      for i in range(3):
-        dx_out[w, step + 1, dadr + i, c] = dq[i]
-  for i in range(nv):
-    dx_out[w, step + 1, nv + i, c] = (qvel[lp, i] - qvel[lm, i]) * inv
-  for i in range(act.shape[1]):
-    dx_out[w, step + 1, 2 * nv + i, c] = (act[lp, i] - act[lm, i]) * inv
+  _state_difference(njnt, jnt_type, jnt_qposadr, jnt_dofadr, qpos, qvel, act, lp, lm, inv, dx_out, w, step + 1, c)
 
 
 @wp.kernel

@@ -667,7 +667,6 @@ class _Problem:
                       ctrl_jacobian=False, eps=eps)
     self.layout = self.ro.layout
     self.nparam = self.layout.nparam
-    self._rollout_args = dict(params=params, central=central, eps=eps)
     self._capture = capture
     dev = self.scene.device
     tile = lambda a: np.concatenate([a] * self.nstart, axis=0)
@@ -710,7 +709,6 @@ class _Problem:
     # jacobian="directional" builds a forward-mode rollout on first use.
     self._lin = Replay(dev, self._stages(), capture)
     self._fm = self._dir = None
-    self._last = self.ro  # the rollout of the last linearization or gradient (see sim_worlds)
 
   # -- evaluation -----------------------------------------------------------------------------------
 
@@ -755,13 +753,7 @@ class _Problem:
       wp.launch(_scatter_theta, dim=(self.nworld, p.dim), device=self.scene.device,
                 inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
 
-  @property
-  def sim_worlds(self) -> int:
-    """MJWarp worlds (worlds x lanes) of the last differentiated rollout."""
-    return self._last.fd.nlane * self.nworld
-
   def _rollout(self):
-    self._last = self.ro
     return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0)
 
   def _stages(self) -> list:
@@ -796,7 +788,9 @@ class _Problem:
     Jacobian (parameters, then the world's nuisance block), built on first use. It needs no more
     model rows per world than `ro` (`1 + ncol <= 1 + nx + nparam` lanes), so `ro`'s graphs stay valid."""
     if self._fm is None:
-      self._fm = Rollout(self.scene, self.nstep, ctrl_jacobian=False, directions=self.ncol, **self._rollout_args)
+      fd = self.ro.fd
+      self._fm = Rollout(self.scene, self.nstep, params=self.params, central=fd.central, eps=fd.eps,
+                         ctrl_jacobian=False, directions=self.ncol)
       self._dir = Replay(self.scene.device, self._directional_stages(), self._capture)
     return self._fm
 
@@ -817,7 +811,6 @@ class _Problem:
 
   def _replay(self, ro: Rollout, replay: Replay) -> None:
     self.nrollout += 1
-    self._last = ro
     if self.layout.inertial:
       ro.update_constants()  # graphs replay the parameter writes, not set_const
     replay()
@@ -1469,13 +1462,16 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     x[p.name], sd[p.name], xi[p.name] = pick(theta[best]), pick(std), pick(theta0[0])
     bnd[p.name] = (pick(lower), pick(upper))
   message = str(reason[best]) + "".join(f"; warning: {m}" for m in msgs)
+  # the solver's differentiated rollout: LM's linearization, or the tape's (Adam)
+  sim_ro = prob.forward_mode if solver == "lm" and jacobian == "directional" else prob.ro
   res = SysIdResult(
     x=x, std=sd, x0=xi, fun=fun, fun0=float(hist["fun"][0][0]), nit=int(nit), nfev=prob.nrollout,
     history={"fun": np.array([h[best] for h in hist["fun"]]), "x": np.array([h[best] for h in hist["x"]]),
              "lambda": np.array([h[best] for h in hist["lambda"]])},
     success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[0].copy(),
     theta_std=std, cov=cov, corr=corr, cond=cond, warnings=msgs, starts_fun=np.asarray(f, dtype=np.float64),
-    wall_time=wall, nresidual=prob.nresidual // nstart, sim_worlds=prob.sim_worlds, solver=solver, bounds=bnd,
+    wall_time=wall, nresidual=prob.nresidual // nstart, sim_worlds=sim_ro.fd.nlane * prob.nworld, solver=solver,
+    bounds=bnd,
     initial_qpos=[prob.initial_state(xs[best])[0][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
     initial_qvel=[prob.initial_state(xs[best])[1][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
     _plot={"recs": prob.recs, "before": prob.before, "after": after, "mjm": prob.mjm},
