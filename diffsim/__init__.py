@@ -1,6 +1,7 @@
 """diffsim: differentiable MuJoCo Warp rollouts for trajectory optimization and system identification."""
 
 from diffsim import data as data
+from diffsim import graph as graph
 from diffsim import interop as interop
 from diffsim import kernels as kernels
 from diffsim import losses as losses

@@ -250,8 +250,9 @@ class Param:
     self.value.assign(v)
 
   def numpy(self) -> np.ndarray:
-    """Current value, `(nworld, dim)` float32 (a host copy)."""
-    return self.value.numpy()
+    """Current value, `(nworld, dim)` float32 (a host copy, also on the CPU, where `wp.array.numpy()`
+    is a view)."""
+    return self.value.numpy().copy()
 
 
 @wp.kernel

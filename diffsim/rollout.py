@@ -73,8 +73,8 @@ class Trajectory:
     return np.arange(self.nstep + 1) * self.dt
 
   def numpy(self) -> dict[str, np.ndarray]:
-    """Host copies of all arrays, by name."""
-    return {k: getattr(self, k).numpy() for k in ("qpos", "qvel", "act", "sensordata", "ctrl")}
+    """Host copies of all arrays, by name (copies on the CPU too, where `wp.array.numpy()` is a view)."""
+    return {k: getattr(self, k).numpy().copy() for k in ("qpos", "qvel", "act", "sensordata", "ctrl")}
 
 
 class _Buffers:

@@ -65,16 +65,24 @@ def _host(x, name: str) -> np.ndarray:
 
 
 def _per_world_step(x, name: str, nworld: int, nstep: int, nu: int) -> np.ndarray:
-  """Broadcasts (), (nu,), (nworld, nu) or (nworld, nstep, nu) to (nworld, nstep, nu)."""
+  """Broadcasts (), (nu,), (nworld, nu), (nstep, nu) or a 3-D array broadcastable to (nworld, nstep, nu)
+  (e.g. (nworld, 1, nu), (1, nstep, nu)) to (nworld, nstep, nu)."""
   a = _host(x, name)
-  if a.ndim == 0 or a.shape == (nu,):
-    a = np.broadcast_to(a, (nworld, nstep, nu))
-  elif a.shape == (nworld, nu):
-    a = np.broadcast_to(a[:, None], (nworld, nstep, nu))
-  elif a.shape != (nworld, nstep, nu):
-    raise ValueError(f"{name} must have shape (nworld={nworld}, horizon={nstep}, nu={nu}), (nworld, nu), (nu,) "
-                     f"or be a scalar; got {a.shape}")
-  return a
+  full = (nworld, nstep, nu)
+  if a.ndim == 2 and a.shape[1] == nu and nworld == nstep and nworld > 1:
+    raise ValueError(f"{name} of shape {a.shape} is ambiguous: nworld and horizon are both {nworld}; pass "
+                     f"(nworld, 1, nu) for one value per world or (1, horizon, nu) for one per step")
+  if a.ndim == 2 and a.shape == (nworld, nu):
+    a = a[:, None]
+  elif a.ndim == 2 and a.shape == (nstep, nu):
+    a = a[None]
+  ok = a.ndim <= 1 and (a.ndim == 0 or a.shape == (nu,)) or a.ndim == 3 and all(
+    d in (1, f) for d, f in zip(a.shape, full)) and a.shape[2] == nu
+  if not ok:
+    raise ValueError(f"{name} must have shape (nworld={nworld}, horizon={nstep}, nu={nu}), or one that broadcasts "
+                     f"to it ((nworld, 1, nu), (1, horizon, nu)), (nworld, nu), (horizon, nu), (nu,) or be a "
+                     f"scalar; got {a.shape}")
+  return np.broadcast_to(a, full)
 
 
 def _state(x, name: str, nworld: int, width: int, default: np.ndarray) -> np.ndarray:
@@ -98,7 +106,8 @@ class TrajectoryProblem:
     qpos0: `(nworld, nq)` or `(nq,)` initial positions; default: the model's `qpos0`.
     qvel0: `(nworld, nv)` or `(nv,)` initial velocities, default 0.
     act0: `(nworld, na)` or `(na,)` initial activations, default 0.
-    ctrl_lo, ctrl_hi: control bounds, shape `()`, `(nu,)`, `(nworld, nu)` or `(nworld, nstep, nu)`;
+    ctrl_lo, ctrl_hi: control bounds, shape `()`, `(nu,)`, `(nworld, nu)`, `(nstep, nu)` or
+      `(nworld, nstep, nu)` (or any 3-D shape that broadcasts to it, such as `(nworld, 1, nu)`);
       default: the actuators' `ctrlrange` (unbounded where MuJoCo does not clamp). Bounds are
       intersected with the `ctrlrange` MuJoCo clamps to, beyond which a control has no effect.
     ctrl_init: initial guess, same shapes; default 0. Clipped to the bounds.
@@ -199,7 +208,7 @@ class TrajectoryProblem:
 
       self._eval = Replay(self.scene.device, stage)
     self._eval()
-    return self._eval_cost.numpy(), self._eval_traj
+    return self._eval_cost.numpy().copy(), self._eval_traj  # a copy: on the CPU .numpy() is a view
 
   def _run(self, ctrl, **kw) -> Trajectory:
     return self.rollout(ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, **kw)
@@ -224,7 +233,9 @@ class TrajectoryResult:
     nit: iterations run.
     history: `(nit + 1, nworld)` cost per iteration per world (row 0: the initial guess; Adam and
       L-BFGS: cost of the iterate; iLQR: cost after the iteration's line search).
-    success: `(nworld,)` bool, the world met the convergence test before `maxiter`.
+    success: `(nworld,)` bool, the world met the convergence test before `maxiter` (L-BFGS:
+      scipy's `success` for the stacked problem, the same in every world, as they share its line
+      search).
     message: summary of the termination.
     trajectory: `Trajectory` of `x` (device arrays owned by the result).
     method: solver name. time: wall time, s.
@@ -270,6 +281,13 @@ def _shift(
 def _sum(cost: wp.array[float], total: wp.array[float]):
   w = wp.tid()
   wp.atomic_add(total, 0, cost[w])
+
+
+@wp.kernel
+def _pack_monitor(best: wp.array[float], status: wp.array[int], monitor_out: wp.array2d[float]):
+  w = wp.tid()
+  monitor_out[0, w] = best[w]
+  monitor_out[1, w] = float(status[w])
 
 
 @wp.kernel
@@ -941,6 +959,10 @@ class _Solver:
     self.it.zero_()
     self.best.fill_(np.inf)
 
+  def _read_best(self) -> np.ndarray:
+    """The best cost per world `(nworld,)` float64: one device-to-host copy."""
+    return self.best.numpy().astype(np.float64)
+
   def _done(self, nit: int, best: np.ndarray, ftol: float) -> np.ndarray:
     """Worlds whose best cost fell by at most `ftol` (relative) over the last `patience` iterations."""
     patience = self.opt.get("patience", 1)
@@ -966,8 +988,9 @@ class _Solver:
         self._step()
         nit += 1
         if nit > 0 and (nit % log_every == 0 or nit == maxiter):
-          # the loop's only host read: the best cost per world, every log_every iterations
-          best = self.best.numpy().astype(np.float64)
+          # the loop's only host read, every log_every iterations: the best cost per world (and
+          # iLQR's convergence status), a few bytes per world
+          best = self._read_best()
           done = self._done(nit, best, ftol)
           self._snapshots.append((nit, best))
           bar.set_postfix_str(f"best {np.nanmin(best):.4g}  median {np.nanmedian(best):.4g}  "
@@ -1055,6 +1078,7 @@ class _ILQR(_Solver):
     self.nominal = wp.zeros(n, dtype=float, device=s.device, requires_grad=True)
     self.trial, self.ccost, self.dv, self.mu, self.ftol = z(n), z(n), z(n), z(n), z(1)
     self.fail, self.status, self.improved = z(n, dtype=int), z(n, dtype=int), z(n, dtype=int)
+    self.monitor = z(2, n)  # best cost and status, packed for the host check
     self.aidx = z(1, dtype=int)  # the line-search step of the candidate being rolled out
     self.alphas = wp.array(np.asarray(options["alphas"], np.float32), dtype=float, device=s.device)
     self.gx, self.gu = z(n, T + 1, nx), z(n, T, nu)
@@ -1077,9 +1101,15 @@ class _ILQR(_Solver):
     super()._start(ctrl0)
     self.mu.fill_(float(self.opt["mu_init"]))
     self.status.zero_()
+    self.kff.zero_()  # the box QPs warm-start from the last iteration's steps, but not across runs
+
+  def _read_best(self):
+    m = self.monitor.numpy()  # best cost and status in one copy
+    self._status = m[1]
+    return m[0].astype(np.float64)
 
   def _done(self, nit, best, ftol):
-    return self.status.numpy() != 0
+    return self._status != 0
 
   def _stages(self):
     p = self.p
@@ -1168,6 +1198,7 @@ class _ILQR(_Solver):
     self._launch(_copy_where, p.ctrl.shape, [self.improved, self.ctrl_next], [p.ctrl])
     self._launch(_increment, 1, [self.it])
     self._record(self.trial, self.ctrl_next, self.ntraj)  # row `it` + 1
+    self._launch(_pack_monitor, p.nworld, [self.best, self.status], [self.monitor])
 
   def run(self, ctrl0, *, maxiter, ftol, quiet, log_every, callback=None):
     self.ftol.fill_(ftol)  # on the device, so the captured graph reads the current value
@@ -1280,8 +1311,10 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
       the initial guess instead of `problem.ctrl_init`: the receding-horizon (MPC) warm start.
     shift: steps to shift `warm_start` by (0: use it as is).
     quiet: no progress bar.
-    log_every: iterations between host reads of the costs (progress bar, convergence test);
-      default: 1 for iLQR and L-BFGS, `maxiter // 100` for Adam.
+    log_every: iterations between host reads of the costs (progress bar, convergence test): one
+      copy of a few bytes per world, the only one in the loop (`log_every=maxiter`: none until the
+      end); default: 1 for iLQR and L-BFGS (iLQR stops on it, and its iterations, few and each
+      many rollouts, dwarf the read), `maxiter // 100` for Adam.
     capture: replay each iteration as a captured graph (`wp.ScopedCapture`) after the first.
     callback: `callback(nit, fun) -> bool`, called at every host check (every `log_every`
       iterations) with the best cost per world so far `(nworld,)` (already read; no extra transfer);

@@ -45,12 +45,24 @@ def launches(monkeypatch):
   ([QposCost(0.0)], {"ctrl_lo": 0.5, "ctrl_hi": -0.5}, ValueError, "ctrl_lo > ctrl_hi .*world 0, step 0"),
   ([QposCost(0.0)], {"ctrl_lo": 1.5, "ctrl_hi": 2.0}, ValueError, "ctrl_lo > ctrl_hi after intersecting them with"),
   ([QposCost(0.0)], {"qpos0": np.zeros(3)}, ValueError, r"qpos0 must have shape \(nworld=2, 2\) or \(2,\)"),
+  ([QposCost(0.0)], {"horizon": 2, "ctrl_init": np.zeros((2, 1))}, ValueError,
+   r"ctrl_init of shape \(2, 1\) is ambiguous: nworld and horizon are both 2; pass \(nworld, 1, nu\)"),
 ])
 def test_bad_problem_raises_before_any_kernel(cartpole, launches, cost, kwargs, error, message):
   kwargs = {"horizon": 10, **kwargs}
   with pytest.raises(error, match=message):
     diffsim.TrajectoryProblem(cartpole, cost, **kwargs)
   assert launches == []
+
+
+def test_control_shapes_broadcast(cartpole):
+  """Per-world, per-step and broadcastable 3-D guesses and bounds mean what their shapes say."""
+  per_step = np.linspace(-0.5, 0.5, 10)[:, None]  # (horizon, nu)
+  problem = diffsim.TrajectoryProblem(cartpole, [QposCost(0.0, terminal=1.0)], horizon=10, ctrl_init=per_step,
+                                      ctrl_lo=np.array([[[-0.4]], [[-0.3]]]), ctrl_hi=[[0.2], [0.3]])
+  got = problem.ctrl_init.numpy()
+  np.testing.assert_allclose(got[0, :, 0], np.clip(per_step[:, 0], -0.4, 0.2), atol=1e-7)
+  np.testing.assert_allclose(got[1, :, 0], np.clip(per_step[:, 0], -0.3, 0.3), atol=1e-7)
 
 
 def test_site_without_position_sensor(so101, launches):
@@ -185,6 +197,11 @@ def test_worlds_with_their_own_parameters(cartpole):
   np.testing.assert_allclose(res.fun, cost, rtol=1e-5)
   np.testing.assert_allclose(res.trajectory.qpos.numpy(), traj.qpos.numpy(), atol=1e-6)
   assert np.abs(res.x[0] - res.x[1]).max() > 0.05  # a light and a heavy pole need different pushes
+  # each world solves its own problem: swapping the masses swaps the solutions
+  pole.assign([[1.0], [0.1]])
+  swapped = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, quiet=True)
+  np.testing.assert_allclose(swapped.x[::-1], res.x, atol=1e-6)
+  np.testing.assert_allclose(swapped.fun[::-1], res.fun, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -257,7 +274,7 @@ def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch,
   diffsim.optimize_trajectory(short, method, maxiter=12, quiet=True)  # captures the graphs
   assert short._solvers and all(s.loop_steps is loop for s in short._solvers.values() if s.method == "ilqr")
   counts = {}
-  for maxiter in (4, 12):
+  for maxiter, log_every in ((4, 4), (12, 12), (12, 1)):
     calls = {"launch": 0, "numpy": 0, "graph": 0}
     real_launch, real_numpy, real_graph = wp.launch, wp.array.numpy, wp.capture_launch
     monkeypatch.setattr(wp, "launch", lambda *a, **k: calls.__setitem__("launch", calls["launch"] + 1) or
@@ -266,10 +283,10 @@ def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch,
                         real_numpy(self))
     monkeypatch.setattr(wp, "capture_launch", lambda *a, **k: calls.__setitem__("graph", calls["graph"] + 1) or
                         real_graph(*a, **k))
-    res = diffsim.optimize_trajectory(short, method, maxiter=maxiter, log_every=maxiter, ftol=0.0, quiet=True)
+    res = diffsim.optimize_trajectory(short, method, maxiter=maxiter, log_every=log_every, ftol=0.0, quiet=True)
     monkeypatch.undo()
     assert res.nit == maxiter
-    counts[maxiter] = calls
+    counts[maxiter if log_every > 1 else "every"] = calls
   # no Python launches at all once captured: every iteration is `stages` graph replays ...
   assert counts[4]["launch"] == counts[12]["launch"] == 0
   extra = 1 if method == "adam" else 0  # Adam evaluates once more than it steps
@@ -277,3 +294,5 @@ def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch,
   assert counts[4]["graph"] == (4 + extra) * stages
   # ... and host reads do not grow with the iterations (one check per log_every, then the result)
   assert counts[4]["numpy"] == counts[12]["numpy"] <= 8
+  # checking every iteration (iLQR's default) costs one read per iteration (best cost and status together)
+  assert counts["every"]["numpy"] - counts[12]["numpy"] == 11
