@@ -491,6 +491,50 @@ def _curvature(
 
 
 @wp.func
+def _terminal_control_curvature(
+  w: int, nx: int,
+  ch_kind: wp.array[int], ch_idx: wp.array[int], ch_terminal: wp.array[float], nch: int,
+  jac: wp.array4d[float], sjac: wp.array4d[float],
+  uu: wp.array3d[float], ux: wp.array3d[float],
+):
+  """Adds to the last step's `uu`, `ux` the Gauss-Newton terms of terminal sensor residuals that
+  depend on the last control (row `nstep` is sensed with it held): with `r = C_T dx_T + D_T du`
+  and `dx_T = A dx + B du`, `V_T` already holds `C_T^T W C_T`; the rest is
+  `uu += W (D^T D + (C B)^T D + D^T C B)`, `ux += W D^T C A`."""
+  nstep = jac.shape[1]
+  k = nstep - 1
+  nu = uu.shape[1]
+  for c in range(nch):
+    wt = ch_terminal[c]
+    if ch_kind[c] != SENSOR or wt == 0.0:
+      continue
+    s = ch_idx[c]
+    coupled = int(0)
+    for i in range(nu):
+      if sjac[w, nstep, s, nx + i] != 0.0:
+        coupled = 1
+    if coupled == 0:  # e.g. positions: nothing beyond V_T
+      continue
+    for i in range(nu):
+      di = sjac[w, nstep, s, nx + i]
+      cbi = float(0.0)
+      for p in range(nx):
+        cbi += sjac[w, nstep, s, p] * jac[w, k, p, nx + i]
+      for j in range(nu):
+        dj = sjac[w, nstep, s, nx + j]
+        cbj = float(0.0)
+        for p in range(nx):
+          cbj += sjac[w, nstep, s, p] * jac[w, k, p, nx + j]
+        uu[w, i, j] += wt * (di * dj + cbi * dj + di * cbj)
+      if di != 0.0:
+        for b in range(nx):
+          ca = float(0.0)
+          for p in range(nx):
+            ca += sjac[w, nstep, s, p] * jac[w, k, p, b]
+          ux[w, i, b] += wt * di * ca
+
+
+@wp.func
 def _cholesky(w: int, n: int, a: wp.array3d[float], l: wp.array3d[float]) -> int:
   """Lower Cholesky factor of `a[w, :n, :n]` into `l`; returns 0 if `a` is not positive definite."""
   ok = int(1)
@@ -741,6 +785,8 @@ def _ilqr_backward(
           s += va[w, nx + i, b]
         qux[w, i, b] = s
     _curvature(w, k, 0, nx, ch_kind, ch_idx, ch_col, ch_running, ch_terminal, nch, sjac, qxx, quu, qux)
+    if k == nstep - 1:
+      _terminal_control_curvature(w, nx, ch_kind, ch_idx, ch_terminal, nch, jac, sjac, quu, qux)
 
     # regularized, box-constrained gains (Tassa et al. 2014): the feedforward solves the box QP,
     # the feedback acts on the controls left free at its solution

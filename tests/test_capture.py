@@ -85,6 +85,7 @@ def test_rollout_graphs(cartpole, strict_capture):
   ro = diffsim.Rollout(cartpole, T, params=[damping])
   ctrl = wp.array(np.full((n, T, cartpole.nu), 0.3, np.float32), dtype=float, requires_grad=True,
                   device=cartpole.device)
+  ro(ctrl)  # eagerly first, as on a GPU (modules load, constants derived from parameters refresh)
   with wp.ScopedCapture(device=cartpole.device) as cap:
     tape = wp.Tape()
     with tape:

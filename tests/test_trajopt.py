@@ -296,3 +296,30 @@ def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch,
   assert counts[4]["numpy"] == counts[12]["numpy"] <= 8
   # checking every iteration (iLQR's default) costs one read per iteration (best cost and status together)
   assert counts["every"]["numpy"] - counts[12]["numpy"] == 11
+
+
+POINT_MASS = """
+<mujoco>
+  <option timestep="0.01"/>
+  <worldbody>
+    <body><joint name="x" type="slide" axis="1 0 0" damping="0.5"/><geom type="sphere" size="0.05" mass="1"/></body>
+  </worldbody>
+  <actuator><motor name="m" joint="x" gear="2"/></actuator>
+  <sensor><actuatorfrc name="force" actuator="m"/></sensor>
+</mujoco>
+"""
+
+
+def test_ilqr_solves_a_linear_quadratic_problem_in_one_step(cartpole):
+  """Linear dynamics, quadratic cost: the Gauss-Newton model is exact, so one undamped iLQR step
+  is the optimum. The terminal sensor (actuator force) depends on the last control, whose
+  curvature the last step's Quu must carry (without it: no decrease at all in iteration 1, and
+  not converged after 30)."""
+  scene = diffsim.Scene.from_xml(POINT_MASS, nworld=1, device=cartpole.device)
+  cost = [SensorCost("force", 1.5, terminal=10.0), QposCost(0.3, terminal=5.0), CtrlCost(0.1)]
+  problem = diffsim.TrajectoryProblem(scene, cost, horizon=20)
+  one = diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, quiet=True, options={"mu_init": 0.0})
+  many = diffsim.optimize_trajectory(problem, "ilqr", maxiter=10, quiet=True, options={"mu_init": 0.0})
+  assert many.success.all(), many.message
+  np.testing.assert_allclose(one.fun, many.fun, rtol=1e-5)
+  assert many.fun[0] < 0.02 * many.history[0, 0]
