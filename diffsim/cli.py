@@ -120,10 +120,15 @@ def _run_sysid(args) -> int:
     print(f"diffsim sysid: error: {msg}", file=sys.stderr)
     return 2
   for w in caught:
-    if not issubclass(w.category, sysid.IdentifiabilityWarning):
+    if not issubclass(w.category, sysid.IdentifiabilityWarning) and not (res.save_error and res.save_error in str(w.message)):
       print(f"warning: {w.message}", file=sys.stderr)
   for m in res.warnings:
     print(f"warning: {m}", file=sys.stderr)
+  if res.save_error:
+    print(res.summary(), flush=True)
+    print(f"diffsim sysid: error: the solve finished (above) but writing {args.out} failed: {res.save_error}",
+          file=sys.stderr)
+    return 3
   print(res.summary() + f"; wrote {os.path.join(args.out, 'params.json')}")
   return 0 if res.success else 1
 
@@ -140,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-  """Runs the command line; returns the exit code (0 success, 1 not converged, 2 bad input)."""
+  """Runs the command line; returns the exit code (0 success, 1 not converged, 2 bad input, 3 solved but
+  the results could not all be written)."""
   parser = _parser()
   args = parser.parse_args(argv)
   if getattr(args, "func", None) is None:

@@ -53,8 +53,9 @@ more worlds are also faster. Unmeasured initial velocities of the segments are s
 Confidence: at the solution, `cov = s^2 (J^T J)^-1` with `s^2 = 2 cost / (nresidual - nunknown)`
 (the residual variance; with weights `1 / sigma` it is about 1), marginalized over the initial
 velocities. A parameter the residuals do not depend on, or a combination they do not depend on
-(a zero eigenvalue of `J^T J` scaled to a unit diagonal), is reported as not identifiable, with
-`std = inf`; a condition number above 1e8 as ill-conditioned, naming the parameters involved.
+(an eigenvalue of `J^T J` scaled to a unit diagonal below 1e-6 of the largest: within the float32
+finite-difference noise of the Jacobian, see `_confidence`), is reported as not identifiable, with
+`std = inf`; a condition number above 1e5 as ill-conditioned, naming the parameters involved.
 
 Precision: MJWarp simulates in float32 and the Jacobians are forward differences. On
 noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
@@ -242,26 +243,28 @@ def _seed_residual(
 def _gather_grad(
   # In:
   value_grad: wp.array2d[float],  # (nworld, dim) one parameter's gradient per world
-  offset: int,
+  col_map: wp.array[int],  # (nlayout,) identified coordinate of each layout coordinate
+  offset: int,  # the parameter's first layout coordinate
   world_start: wp.array[int],  # (nworld,)
   # Out:
   grad_out: wp.array2d[float],  # (nstart, nparam) accumulated over the worlds of each start
 ):
   w, i = wp.tid()
-  wp.atomic_add(grad_out, world_start[w], offset + i, value_grad[w, i])
+  wp.atomic_add(grad_out, world_start[w], col_map[offset + i], value_grad[w, i])
 
 
 @wp.kernel
 def _scatter_theta(
   # In:
-  theta: wp.array2d[float],  # (nstart, nparam)
-  offset: int,
+  theta: wp.array2d[float],  # (nstart, nparam) identified values
+  col_map: wp.array[int],  # (nlayout,) identified coordinate of each layout coordinate
+  offset: int,  # the parameter's first layout coordinate
   world_start: wp.array[int],  # (nworld,)
   # Out:
   value_out: wp.array2d[float],  # (nworld, dim) one parameter's per-world value
 ):
   w, i = wp.tid()
-  value_out[w, i] = theta[world_start[w], offset + i]
+  value_out[w, i] = theta[world_start[w], col_map[offset + i]]
 
 
 @wp.kernel
@@ -330,12 +333,37 @@ def _host_field(mjm, field: str) -> np.ndarray:
   return np.asarray(a, dtype=np.float64)
 
 
+def _groups(p: Param, mjm, elements: Sequence[int]) -> list[list[int]]:
+  """Elements of `p` that share one identified value: the dofs of a joint for dof fields (a ball
+  joint's damping, a free joint's armature), since MJCF stores one value per joint and compiles it
+  into every dof (`identified_spec` could not write per-dof values); else each element alone."""
+  if p._elem_size != "nv":
+    return [[int(e)] for e in elements]
+  groups: dict[int, list[int]] = {}
+  for e in elements:
+    groups.setdefault(int(mjm.dof_jntid[e]), []).append(int(e))
+  return list(groups.values())
+
+
+def _param_columns(params: Sequence[Param], mjm) -> np.ndarray:
+  """`(nlayout,)` identified coordinate of each coordinate of the parameters' `ParamLayout` (which has
+  one per dof): the dofs of one joint map to one coordinate (see `_groups`)."""
+  cols, off = [], 0
+  for p in params:
+    groups = _groups(p, mjm, p.elements)
+    where = {e: g for g, grp in enumerate(groups) for e in grp}
+    nc = len(p.components)
+    cols += [off + where[e] * nc + i for e in p.elements for i in range(nc)]
+    off += len(groups) * nc
+  return np.array(cols, dtype=np.int32)
+
+
 def _check_params(mjm, params: Sequence[Param]):
   """Name, bound and duplicate checks on the host model, so bad input fails before any kernel runs.
 
   Returns:
-    `(nominal, lower, upper, dims)`: the flat MJCF values (float64) and bounds, and each
-    parameter's size.
+    `(nominal, lower, upper, dims)`: the flat MJCF values (float64) and bounds of the identified
+    coordinates (one per joint for dof fields, see `_groups`), and each parameter's count of them.
   """
   names = [p.name for p in params]
   dup = sorted({n for n in names if names.count(n) > 1})
@@ -348,12 +376,26 @@ def _check_params(mjm, params: Sequence[Param]):
     elems = p._resolve_elements(_Names(mjm))
     a = _host_field(mjm, p.field)
     rows = a.reshape(1, -1) if p._elem_size is None else a.reshape(a.shape[0], -1)
-    nominal = np.array([rows[e, c] for e in elems for c in p.components])
+    nominal = []
+    for grp in _groups(p, mjm, elems):
+      for c in p.components:
+        v = rows[grp, c]
+        if np.any(v != v[0]):
+          j = int(mjm.dof_jntid[grp[0]])
+          raise ValueError(f"{p.name!r}: the dofs of joint {mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j)!r} "
+                           f"have different values {v}; MJCF stores one value per joint, so sysid identifies one "
+                           "(start from a model compiled from MJCF)")
+        nominal.append(v[0])
+    nominal = np.array(nominal)
     lo = -np.inf if p._lower is None else p._lower
     lo = 0.0 if (p._lower is None and p.field in _POSITIVE) else lo
     hi = np.inf if p._upper is None else p._upper
-    lo = np.broadcast_to(np.asarray(lo, float), nominal.shape)
-    hi = np.broadcast_to(np.asarray(hi, float), nominal.shape)
+    try:
+      lo = np.broadcast_to(np.asarray(lo, float), nominal.shape)
+      hi = np.broadcast_to(np.asarray(hi, float), nominal.shape)
+    except ValueError:
+      raise ValueError(f"{p.name!r}: bounds must be scalars or have {nominal.size} value(s) (one per joint for "
+                       f"dof fields), got {np.shape(lo)} and {np.shape(hi)}") from None
     if np.any(lo > hi):
       raise ValueError(f"{p.name!r}: lower bound above upper bound ({lo} > {hi})")
     if np.any((nominal < lo) | (nominal > hi)):
@@ -367,27 +409,27 @@ def _check_params(mjm, params: Sequence[Param]):
 
 
 def _labels(params: Sequence[Param], mjm) -> list[str]:
-  """One label per scalar parameter: the name, plus `[element]` (and `,component`) when a
+  """One label per identified scalar: the name, plus `[element]` (and `,component`) when a
   parameter has several values, e.g. `dof_damping[elbow_flex]`, `opt.gravity[2]`."""
   from .params import _OBJ
 
   out = []
   for p in params:
-    if p.dim == 1:
+    groups = _groups(p, mjm, p._resolve_elements(_Names(mjm)))
+    if len(groups) * len(p.components) == 1:
       out.append(p.name)
       continue
-    for e in p.elements:
+    for grp in groups:
+      e = grp[0]
       if p._elem_size is None:
         elem = None
       elif p._elem_size == "nv":
         j = int(mjm.dof_jntid[e])
         elem = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"#{j}"
-        if e != mjm.jnt_dofadr[j] or int(mjm.jnt_type[j]) < 2:
-          elem += f".{e - int(mjm.jnt_dofadr[j])}"
       else:
         elem = mujoco.mj_id2name(mjm, _OBJ[p._elem_size], e) or f"#{e}"
       for c in p.components:
-        parts = ([elem] if elem is not None and len(p.elements) > 1 else []) + \
+        parts = ([elem] if elem is not None and len(groups) > 1 else []) + \
                 ([str(c)] if len(p.components) > 1 or elem is None else [])
         out.append(f"{p.name}[{','.join(parts)}]")
   return out
@@ -666,7 +708,11 @@ class _Problem:
     self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central,
                       ctrl_jacobian=False, eps=eps)
     self.layout = self.ro.layout
-    self.nparam = self.layout.nparam
+    # identified coordinates: the layout's, except that the dofs of one joint share one (see _groups);
+    # the rollout perturbs each dof in its own lane and `linearize` sums their Jacobian columns
+    self.col_map = _param_columns(params, mjm)
+    self.nparam = int(self.col_map.max(initial=-1)) + 1
+    self.tied = self.nparam < self.layout.nparam
     self._capture = capture
     dev = self.scene.device
     tile = lambda a: np.concatenate([a] * self.nstart, axis=0)
@@ -677,10 +723,12 @@ class _Problem:
     self.qvel0 = f32(qvel0, requires_grad=True)
     # unknowns per start: theta, then a nuisance block per free world
     self.nunknown = self.nparam + self.nfree * self.blk
-    self.ncol = self.nparam + self.blk
+    # columns of the residual Jacobian `rjac` as the rollout forms it: a parameter column per layout
+    # coordinate (each dof), then the world's nuisance block
+    self.ncol = self.layout.nparam + self.blk
     # initial tangents of the forward-mode rollout: a nuisance column moves its world's initial state
     dx0 = np.zeros((self.nworld, self.scene.nx, self.ncol), np.float32)
-    n, bq = self.nparam, self.blk_q
+    n, bq = self.layout.nparam, self.blk_q
     for w in range(self.nworld):
       if free_q[w % G]:
         dx0[w, :nv, n:n + nv] = np.eye(nv)
@@ -700,6 +748,7 @@ class _Problem:
     self.rjac = wp.zeros((self.nworld, S, self.nres, self.ncol), dtype=float, device=dev)
     self.dx = [wp.zeros((self.nworld, self.scene.nx, self.ncol), dtype=float, device=dev) for _ in range(2)]  # in, out
     self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
+    self.col_map_dev = wp.array(self.col_map, dtype=int, device=dev)
     self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
@@ -713,7 +762,7 @@ class _Problem:
   # -- evaluation -----------------------------------------------------------------------------------
 
   def set_theta(self, theta: np.ndarray) -> None:
-    """Writes `(nstart, nparam)` parameter values into the worlds of each start."""
+    """Writes `(nstart, nparam)` identified values into the worlds of each start."""
     self.theta_dev.assign(np.asarray(theta, dtype=np.float32))
     self._scatter()
 
@@ -751,7 +800,7 @@ class _Problem:
   def _scatter(self) -> None:
     for p, off in zip(self.layout.params, self.layout.offsets):
       wp.launch(_scatter_theta, dim=(self.nworld, p.dim), device=self.scene.device,
-                inputs=[self.theta_dev, int(off), self.world_start], outputs=[p.value])
+                inputs=[self.theta_dev, self.col_map_dev, int(off), self.world_start], outputs=[p.value])
 
   def _rollout(self):
     return self.ro(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0)
@@ -778,7 +827,8 @@ class _Problem:
     s = self.scene
     J, Sj = self.ro.jacobians()
     wp.launch(_tangent_linear, dim=(self.nworld, self.ncol), device=s.device,
-              inputs=[s.nv, s.nu, self.nparam, k0, count, self.nstep, self.step_slot, J, Sj, self.weight, self.dx[0]],
+              inputs=[s.nv, s.nu, self.layout.nparam, k0, count, self.nstep, self.step_slot, J, Sj, self.weight,
+                      self.dx[0]],
               outputs=[self.dx[1], self.rjac])
     wp.copy(self.dx[0], self.dx[1])
 
@@ -846,6 +896,10 @@ class _Problem:
     cost = self._costs(r)
     n, k, S = self.nparam, self.blk, self.nstart
     G = G.reshape(self.nworld, -1, self.ncol)
+    if self.tied:  # chain rule: an identified coordinate moves every dof it stands for
+      T = np.zeros((self.layout.nparam, n))
+      T[np.arange(self.layout.nparam), self.col_map] = 1.0
+      G = np.concatenate([G[..., :self.layout.nparam] @ T, G[..., self.layout.nparam:]], axis=-1)
     r = r.reshape(self.nworld, -1)
     bad = ~np.isfinite(np.repeat(cost, self.nseg))
     G[bad] = 0.0
@@ -879,7 +933,7 @@ class _Problem:
         tape.backward()
         for p, off in zip(self.layout.params, self.layout.offsets):
           G[:, j, i, off:off + p.dim] = p.value.grad.numpy()
-        n, nv, bq = self.nparam, self.scene.nv, self.blk_q
+        n, nv, bq = self.layout.nparam, self.scene.nv, self.blk_q
         if bq:
           G[:, j, i, n:n + nv] = self._tangent(self.qpos0.grad.numpy()) * np.tile(self.free_q, self.nstart)[:, None]
         if self.blk > bq:
@@ -921,7 +975,7 @@ class _Problem:
     self.grad_dev.zero_()
     for p, off in zip(self.layout.params, self.layout.offsets):
       wp.launch(_gather_grad, dim=(self.nworld, p.dim), device=s.device,
-                inputs=[p.value.grad, int(off), self.world_start], outputs=[self.grad_dev])
+                inputs=[p.value.grad, self.col_map_dev, int(off), self.world_start], outputs=[self.grad_dev])
     tape.zero()
     c = self.cost_dev.numpy().astype(np.float64)
     return np.where(np.isfinite(c), c, np.inf)
@@ -952,20 +1006,20 @@ class SysIdResult:
   Attributes:
     x: identified value by parameter name (float, or `(dim,)` array for vector parameters).
     std: standard deviation by name (same shapes; `inf` where the data do not determine it).
-    x0: initial guess by name.
+    x0: initial guess by name (of the best start, with `starts`).
     fun: final cost `0.5 |r|^2` (weighted residuals).
-    fun0: cost at the initial guess.
+    fun0: cost at the initial guess (of the best start, like `x0` and `history`).
     nit: iterations.
     nfev: rollouts run.
     history: `{"fun": (nit + 1,), "x": (nit + 1, nparam), "lambda": (nit + 1,)}` of the best start.
     success: whether a convergence criterion was met.
     message: why the solver stopped, plus identifiability warnings.
-    labels: `(nparam,)` name of each scalar parameter.
+    labels: `(nparam,)` name of each identified scalar (dof fields: one per joint, as MJCF stores them).
     theta, theta0, theta_std: `(nparam,)` flat values.
     cov: `(nparam, nparam)` covariance; corr: its correlation matrix.
     cond: condition number of the scaled Gauss-Newton Hessian.
     warnings: identifiability warnings.
-    starts_fun: `(nstart,)` final cost of every start.
+    starts_fun: `(nstart,)` final cost of every start; starts_fun0: `(nstart,)` their initial costs.
     wall_time: seconds spent solving (the first iteration includes kernel compilation when the
       cache is cold).
     nresidual: number of weighted residuals.
@@ -975,6 +1029,7 @@ class SysIdResult:
     initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
     initial_qvel: `(nv,)` initial velocity of each recording: measured, or solved for together
       with the parameters when the recording has no `qvel` (see `fit_qvel0`).
+    save_error: why writing `identify(out=...)`'s files failed, or `None` (the files were written).
   """
 
   x: dict
@@ -998,11 +1053,13 @@ class SysIdResult:
   starts_fun: np.ndarray
   wall_time: float
   nresidual: int
+  starts_fun0: np.ndarray = field(default_factory=lambda: np.zeros(0))
   sim_worlds: int = 0
   solver: str = "lm"
   bounds: dict = field(default_factory=dict)
   initial_qpos: list = field(default_factory=list)
   initial_qvel: list = field(default_factory=list)
+  save_error: str | None = None
   _plot: dict = field(default_factory=dict, repr=False)
   _source: object = field(default=None, repr=False)
   _params: list = field(default_factory=list, repr=False)
@@ -1015,6 +1072,8 @@ class SysIdResult:
       fmt = lambda a: ", ".join(f"{e:.6g}" for e in a) if a.size > 1 else f"{a[0]:.6g}"
       parts.append(f"{name} = {fmt(v)} ± {fmt(s)} (from {fmt(v0)})")
     status = "converged" if self.success else "NOT converged"
+    if np.size(self.starts_fun0) > 1:
+      status += f" (best of {np.size(self.starts_fun0)} starts)"
     return (f"sysid {status}: cost {self.fun0:.4g} -> {self.fun:.4g} in {self.nit} iterations "
             f"({self.wall_time:.1f} s); " + "; ".join(parts))
 
@@ -1022,6 +1081,9 @@ class SysIdResult:
     """Writes `params.json`, the identified `model.xml` and PNG plots into folder `out`.
 
     Every file goes through a temporary file and a rename, so a failure leaves earlier files intact.
+    `params.json` comes first (a failure there raises at once); when `model.xml` cannot be written
+    (the identified values do not compile, e.g. a body inertia violating the triangle inequality),
+    the plots are still written, and then a `ValueError` says why.
 
     Args:
       out: folder (created if missing).
@@ -1038,10 +1100,14 @@ class SysIdResult:
     path = os.path.join(out, "params.json")
     _data._atomic_write(path, lambda f: f.write(json.dumps(self.to_json(), indent=2).encode()))
     files["params_json"] = path
+    failed = None
     if self._source is not None and not isinstance(self._source, mujoco.MjModel):
       path = os.path.join(out, "model.xml")
-      write_mjcf(self._source, self._params, self.theta, path)
-      files["model"] = path
+      try:
+        write_mjcf(self._source, self._params, self.theta, path)
+        files["model"] = path
+      except ValueError as e:
+        failed = e
     else:
       warnings.warn("the model was given as an MjModel, which cannot be written back as MJCF; pass the MJCF "
                     "path to identify() to get model.xml", stacklevel=2)
@@ -1049,6 +1115,9 @@ class SysIdResult:
       from . import plot
 
       files.update(plot.sysid_plots(self, out, truth=truth))
+    if failed is not None:
+      raise ValueError(f"model.xml not written: {failed} ({', '.join(os.path.basename(f) for f in files.values())} "
+                       f"written to {out})")
     return files
 
   def to_json(self) -> dict:
@@ -1065,8 +1134,19 @@ class SysIdResult:
 # -- confidence -------------------------------------------------------------------------------------
 
 
+# Identifiability thresholds on the parameters' information scaled to a unit diagonal (the Gram
+# matrix of the unit-normalized Jacobian columns). The columns are float32 forward differences of
+# MJWarp rollouts, each off by a relative delta ~ 1e-4..1e-3, so a combination v that the data do
+# not depend on at all (true J v = 0, |v| = 1) still shows an eigenvalue |E v|^2 ~ delta^2, up to
+# 1e-6 (a pendulum's armature and hinge-axis inertia, which act only as their sum: 4e-8), and a
+# small singular value sigma is uncertain by ~delta, so its std (~ 1/sigma) by delta / sigma.
+# Taken relative to the largest eigenvalue (>= 1, the trace being n), as the condition number is:
+_NULL_EIG = 1e-6  # below: no information beyond finite-difference noise (std = inf)
+_COND_WARN = 1e5  # above (sigma_min / sigma_max < 3e-3): the std may be off by tens of percent
+
+
 def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, labels: list[str], *,
-                cond_warn: float = 1e8):
+                cond_warn: float = _COND_WARN, null_eig: float = _NULL_EIG):
   """Covariance of the parameters from the Gauss-Newton Hessian, and identifiability warnings.
 
   The parameters' information matrix is `J^T J` with the nuisance unknowns (initial states)
@@ -1081,6 +1161,9 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     nres: number of weighted residuals; `nunknown`: number of unknowns (parameters and nuisance).
     labels: `(n,)` names of the parameters.
     cond_warn: warn when the condition number of the scaled parameter information exceeds this.
+    null_eig: eigenvalues of the scaled information below this fraction of the largest (and
+      parameters keeping less than this fraction of their information once the initial states are
+      eliminated) count as zero: float32 finite-difference Jacobians resolve no finer.
 
   Returns:
     `(cov (n, n), std (n,), corr (n, n), cond, warnings)`.
@@ -1092,7 +1175,7 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
   ds = np.diag(Sc).copy()
   zero = dt <= 1e-24 * max(dt.max(initial=0.0), 1e-300)
   # information lost to the nuisance unknowns almost entirely: only a combination is determined
-  lost = ~zero & (ds <= 1e-10 * dt)
+  lost = ~zero & (ds <= null_eig * dt)
   keep = np.nonzero(~zero & ~lost)[0]
   cov = np.full((n, n), np.nan)
   msgs = []
@@ -1103,7 +1186,7 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     sc = 1.0 / np.sqrt(ds[keep])
     C = Sc[np.ix_(keep, keep)] * sc[:, None] * sc[None, :]
     lam, V = np.linalg.eigh(C)
-    null = lam <= 1e-10 * lam[-1]
+    null = lam <= null_eig * lam[-1]
     pinv = (V[:, ~null] / lam[~null]) @ V[:, ~null].T
     cov[np.ix_(keep, keep)] = s2 * pinv * sc[:, None] * sc[None, :]
     if null.any():
@@ -1337,7 +1420,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     data: a recording or a list of them: `.npz` / `.csv` paths, `diffsim.data.Recording`s, or
       dicts of arrays (see `diffsim.data` for the format). All share one parameter set.
     params: `"field:element"` strings (`"body_mass:ball"`, `"dof_damping:slide"`, `"opt.gravity"`)
-      or `diffsim.Param`s.
+      or `diffsim.Param`s. A dof field of a ball or free joint is one value for all its dofs, as
+      MJCF stores it (`dof_damping:ball` is one damping, not three).
     bounds: `{name: (lower, upper)}`; default `(0, inf)` for positive quantities, else unbounded.
     weights: residual weight multipliers: `{"qpos"|"qvel"|"sensordata": w}` per signal kind,
       `{"qpos:<joint>"|"qvel:<joint>"|"sensor:<name>": w}` per column.
@@ -1372,7 +1456,10 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     central, eps: finite-difference scheme of the Jacobians (see `diffsim.Rollout`). Forward
       differences by default: the Jacobian only steers the LM steps (the residuals, computed
       exactly, set the minimum), and they need half the lanes of central ones.
-    out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing).
+    out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing). A
+      parameter that `model.xml` cannot hold is refused before any kernel runs; if writing fails
+      after the solve (e.g. identified inertias that violate the triangle inequality), a warning
+      says why and the result is returned all the same (see `SysIdResult.save`).
     plots: write PNG plots when `out` is given.
     progress: show a tqdm progress bar.
     callback: called after every iteration with `{"nit", "fun", "theta"}`.
@@ -1406,12 +1493,19 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   theta0 = _initial_guesses([(p, int(o), d) for p, o, d in zip(plist, offsets, dims)], nominal, lower, upper,
                             starts, spread, seed, x0)
   nstart = theta0.shape[0]
+  if out is not None and not isinstance(source, mujoco.MjModel):
+    # model.xml must be able to hold these parameters: find out now, not after the solve
+    try:
+      identified_spec(source, plist, nominal)
+    except ValueError as e:
+      raise ValueError(f"cannot write the identified parameters to model.xml: {e}") from None
 
   t0 = _time.perf_counter()
-  prob = _Problem(mjm, recs, plist, weights=weights, normalize=normalize, shooting=shooting, nstart=nstart,
+  # the rollout's copies carry no bounds (sysid enforces them, per identified coordinate)
+  rollout_params = [Param(p.field, p.element, components=p.components, name=p.name) for p in plist]
+  prob = _Problem(mjm, recs, rollout_params, weights=weights, normalize=normalize, shooting=shooting, nstart=nstart,
                   device=device, solver=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0,
                   fit_qpos0=fit_qpos0)
-  layout = prob.layout
   labels = _labels(plist, mjm)
 
   bar = None
@@ -1456,20 +1550,22 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   for m in msgs:
     warnings.warn(m, IdentifiabilityWarning, stacklevel=2)
   x, sd, xi, bnd = {}, {}, {}, {}
-  for p, off in zip(plist, layout.offsets):
-    sl = slice(int(off), int(off) + p.dim)
-    pick = (lambda a: float(a[sl][0])) if p.dim == 1 else (lambda a: a[sl].copy())
-    x[p.name], sd[p.name], xi[p.name] = pick(theta[best]), pick(std), pick(theta0[0])
+  for p, off, dim in zip(plist, offsets, dims):
+    sl = slice(int(off), int(off) + dim)
+    pick = (lambda a: float(a[sl][0])) if dim == 1 else (lambda a: a[sl].copy())
+    # the initial guess and cost are the best start's, like the history
+    x[p.name], sd[p.name], xi[p.name] = pick(theta[best]), pick(std), pick(theta0[best])
     bnd[p.name] = (pick(lower), pick(upper))
   message = str(reason[best]) + "".join(f"; warning: {m}" for m in msgs)
   # the solver's differentiated rollout: LM's linearization, or the tape's (Adam)
   sim_ro = prob.forward_mode if solver == "lm" and jacobian == "directional" else prob.ro
   res = SysIdResult(
-    x=x, std=sd, x0=xi, fun=fun, fun0=float(hist["fun"][0][0]), nit=int(nit), nfev=prob.nrollout,
+    x=x, std=sd, x0=xi, fun=fun, fun0=float(hist["fun"][0][best]), nit=int(nit), nfev=prob.nrollout,
     history={"fun": np.array([h[best] for h in hist["fun"]]), "x": np.array([h[best] for h in hist["x"]]),
              "lambda": np.array([h[best] for h in hist["lambda"]])},
-    success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[0].copy(),
+    success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[best].copy(),
     theta_std=std, cov=cov, corr=corr, cond=cond, warnings=msgs, starts_fun=np.asarray(f, dtype=np.float64),
+    starts_fun0=np.asarray(hist["fun"][0], dtype=np.float64),
     wall_time=wall, nresidual=prob.nresidual // nstart, sim_worlds=sim_ro.fd.nlane * prob.nworld, solver=solver,
     bounds=bnd,
     initial_qpos=[prob.initial_state(xs[best])[0][g] for g in range(prob.nseg) if prob.segs[g].row0 == 0],
@@ -1477,7 +1573,12 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     _plot={"recs": prob.recs, "before": prob.before, "after": after, "mjm": prob.mjm},
     _source=source, _params=plist)
   if out is not None:
-    res.save(out, plots=plots)
+    try:
+      res.save(out, plots=plots)
+    except Exception as e:  # the solve is worth more than the files: return it whatever happened
+      res.save_error = str(e)
+      warnings.warn(f"identify: the solve finished and its result is returned, but writing it to {os.fspath(out)!r} "
+                    f"failed: {e}", stacklevel=2)
   return res
 
 
@@ -1514,19 +1615,42 @@ def _load_spec(source) -> mujoco.MjSpec:
 
 
 def identified_spec(source, params: Sequence[Param], theta: np.ndarray) -> mujoco.MjSpec:
-  """An `MjSpec` of `source` with the parameter values `theta` `(nparam,)` written in.
+  """An `MjSpec` of `source` with the identified values `theta` `(nparam,)` written in.
 
-  Checks the result: the compiled spec must reproduce every value (float32 precision).
+  `theta` has one value per joint for dof fields (as `identify` returns them; MJCF stores one and
+  compiles it into every dof of the joint). The spec keeps what the simulation kept: a position
+  servo's `biasprm[1] = -kp` follows its kp (see `Param`), and a `dampratio` is written as the
+  compiled `kv` (`biasprm[2]`), which the simulation used whatever the identified kp, masses or
+  armatures (compiling the dampratio again would recompute it from them).
+
+  Checks the result: the compiled spec must reproduce every value and every actuator's `biasprm`
+  (float32 precision).
+
+  Raises:
+    ValueError: a parameter MJCF cannot hold, or values that do not compile.
   """
   spec = _load_spec(source)
   mjm = spec.copy().compile()
-  inertial_done = set()
-  off = 0
+  theta = np.asarray(theta, dtype=np.float64).reshape(-1)
   for p in params:
     if not p.elements:  # not bound to a scene: resolve the names here
       p.elements = p._resolve_elements(_Names(mjm))
-    vals = np.asarray(theta[off:off + p.dim], dtype=np.float64).reshape(len(p.elements), len(p.components))
-    off += p.dim
+  groups = [_groups(p, mjm, p.elements) for p in params]
+  dims = [len(g) * len(p.components) for p, g in zip(params, groups)]
+  if theta.size != sum(dims):
+    raise ValueError(f"theta has {theta.size} values, but the parameters have {sum(dims)} ({dims}; dof fields "
+                     "have one per joint)")
+  want_bias = mjm.actuator_biasprm.copy()  # what the simulation used
+  for a, el in enumerate(spec.actuators):
+    if el.biastype == mujoco.mjtBias.mjBIAS_AFFINE and el.biasprm[2] > 0 and mjm.actuator_biasprm[a, 2] < 0:
+      b = np.array(el.biasprm, dtype=np.float64)
+      b[2] = mjm.actuator_biasprm[a, 2]  # dampratio -> the compiled -kv
+      el.biasprm = b
+  inertial_done = set()
+  off = 0
+  for p, grps, dim in zip(params, groups, dims):
+    vals = theta[off:off + dim].reshape(len(grps), len(p.components))
+    off += dim
     if p.field.startswith("opt."):
       attr = p.field[4:]
       cur = np.array(getattr(spec.option, attr), dtype=np.float64, ndmin=1)
@@ -1538,7 +1662,8 @@ def identified_spec(source, params: Sequence[Param], theta: np.ndarray) -> mujoc
       raise ValueError(f"cannot write parameter {p.name!r} to MJCF: unknown element kind of {p.field!r}")
     listname, objtype = _SPEC_KIND[prefix]
     attr = _SPEC_ATTR.get(p.field, p.field[len(prefix):])
-    for e, row in zip(p.elements, vals):
+    for grp, row in zip(grps, vals):
+      e = grp[0]
       ident = int(mjm.dof_jntid[e]) if prefix == "dof_" else e
       name = mujoco.mj_id2name(mjm, objtype, ident)
       el = getattr(spec, listname)[ident]
@@ -1560,15 +1685,18 @@ def identified_spec(source, params: Sequence[Param], theta: np.ndarray) -> mujoc
       if np.ndim(cur) == 0:
         setattr(el, attr, float(row[0]))
       else:
+        # joint damping and stiffness are polynomials in MJCF: element 0 is the linear coefficient
         cur = np.array(cur, dtype=np.float64)
         for c, v in zip(p.components, row):
           cur[c] = v
         setattr(el, attr, cur)
+      if p.field == "actuator_biasprm":
+        want_bias[e, p.components] = row
       # a position servo keeps biasprm[1] = -kp, as the simulation did (see Param)
       if p.field == "actuator_gainprm" and 0 in p.components and mjm.actuator_biasprm[e, 1] != 0.0 \
           and np.isclose(mjm.actuator_biasprm[e, 1], -mjm.actuator_gainprm[e, 0]):
         b = np.array(el.biasprm, dtype=np.float64)
-        b[1] = -row[p.components.index(0)]
+        b[1] = want_bias[e, 1] = -row[p.components.index(0)]
         el.biasprm = b
   # verify what will be written: the XML, reloaded
   try:
@@ -1576,15 +1704,19 @@ def identified_spec(source, params: Sequence[Param], theta: np.ndarray) -> mujoc
   except Exception as e:
     raise ValueError(f"the identified model does not compile: {e}") from None
   off = 0
-  for p in params:
-    want = np.asarray(theta[off:off + p.dim], dtype=np.float64)
-    off += p.dim
+  for p, grps, dim in zip(params, groups, dims):
+    want = np.repeat(theta[off:off + dim].reshape(len(grps), -1), [len(g) for g in grps], axis=0).reshape(-1)
+    off += dim
     a = _host_field(chk, p.field)
     rows = a.reshape(1, -1) if p._elem_size is None else a.reshape(a.shape[0], -1)
-    got = np.array([rows[e, c] for e in p.elements for c in p.components])
+    got = np.array([rows[e, c] for g in grps for e in g for c in p.components])
     if not np.allclose(got, want, rtol=1e-5, atol=1e-9):
       raise ValueError(f"writing {p.name!r} to MJCF gave {got} after compiling instead of {want} (a compiler "
                        "option such as inertiafromgeom or a default overrides it)")
+  if not np.allclose(chk.actuator_biasprm, want_bias, rtol=1e-5, atol=1e-9):
+    bad = np.nonzero(~np.isclose(chk.actuator_biasprm, want_bias, rtol=1e-5, atol=1e-9).all(axis=1))[0]
+    raise ValueError(f"the written actuators {[mujoco.mj_id2name(chk, mujoco.mjtObj.mjOBJ_ACTUATOR, a) for a in bad]} "
+                     f"compile to biasprm {chk.actuator_biasprm[bad]} instead of the simulated {want_bias[bad]}")
   return spec
 
 

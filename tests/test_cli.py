@@ -116,3 +116,21 @@ def test_sysid_end_to_end(files, capsys, jacobian):
   assert abs(m.body_mass[1] / 0.6 - 1) < 1e-3
   assert {"params.json", "model.xml", "signals.png", "signals_1.png", "cost.png", "params.png"} <= set(os.listdir(out))
   assert "sysid" in captured.err  # the progress bar
+
+
+def test_failed_write_after_the_solve_exits_3(files, capsys, monkeypatch):
+  """The solve's summary is still printed, and the exit code tells a script the files are incomplete."""
+  from diffsim import sysid as S
+
+  def fail(*args, **kwargs):
+    raise ValueError("disk full")
+
+  monkeypatch.setattr(S, "write_mjcf", fail)
+  out = files / "out_failed"
+  code = cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), "--param", "dof_damping:hinge",
+                   "--device", "cpu", "--iters", "3", "--no-plots", "--quiet", "--out", str(out)])
+  captured = capsys.readouterr()
+  assert code == 3
+  assert captured.out.startswith("sysid ") and "dof_damping:hinge = " in captured.out
+  assert "writing" in captured.err and "disk full" in captured.err
+  assert os.listdir(out) == ["params.json"]  # written before model.xml failed

@@ -167,15 +167,25 @@ def test_several_recordings_share_parameters():
   np.testing.assert_allclose(res.initial_qvel[1], [0.0], atol=1e-3)  # solved for (it started at rest)
 
 
-def test_multiple_shooting_and_identifiability(rec):
+@pytest.mark.parametrize("armature", ["0", "0.02"])
+def test_multiple_shooting_and_identifiability(rec, armature):
   # armature and the inertia about the hinge axis only act as a sum; a friction without contacts
-  # not at all. Both are reported; mass and damping are still recovered.
+  # not at all. Both are reported; mass and damping are still recovered. With the armature at 0
+  # (its finite-difference step at the floor, 0.01 eps) the two Jacobian columns come out equal
+  # to the last bit; with 0.02 against the inertia's 0.004 their steps differ, and so do the
+  # columns, by float32 noise (correlation 1 - 4e-8), which must still read as "only a combination"
+  if armature != "0":
+    arm = lambda xml: xml.replace('damping="0.05"', f'damping="0.05" armature="{armature}"').replace(
+      'damping="0.08"', f'damping="0.08" armature="{armature}"')
+    guess, rec = arm(GUESS), D.simulate(arm(TRUTH), _ctrl(151, 0.01), qpos0=[0.3])
+  else:
+    guess = GUESS
   params = PARAMS + [diffsim.Param("dof_armature", "hinge"),
                      diffsim.Param("body_inertia", "pole", components=[1], name="body_inertia:pole[y]"),
                      "geom_friction:rod"]
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    res = S.identify(GUESS, rec, params, device="cpu", shooting=25, iters=15)
+    res = S.identify(guess, rec, params, device="cpu", shooting=25, iters=15)
   err = _rel_err(res)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
   msgs = [str(w.message) for w in caught if issubclass(w.category, S.IdentifiabilityWarning)]
@@ -184,9 +194,11 @@ def test_multiple_shooting_and_identifiability(rec):
   assert "geom_friction:rod" in text and "dof_armature:hinge" in text and "body_inertia:pole[y]" in text
   assert "body_mass:pole" not in text and "dof_damping:hinge" not in text
   assert res.std["geom_friction:rod"] == np.inf
+  assert res.std["dof_armature:hinge"] == np.inf and res.std["body_inertia:pole[y]"] == np.inf
   assert np.isfinite(res.std["body_mass:pole"]) and np.isfinite(res.std["dof_damping:hinge"])
   # the sum of the two inertias is identified
-  assert res.x["dof_armature:hinge"] + res.x["body_inertia:pole[y]"] == pytest.approx(0.004, rel=1e-3)
+  total = 0.004 + float(armature)
+  assert res.x["dof_armature:hinge"] + res.x["body_inertia:pole[y]"] == pytest.approx(total, rel=1e-3)
 
 
 def test_multistart_keeps_the_best():
@@ -196,6 +208,11 @@ def test_multistart_keeps_the_best():
   assert res.starts_fun.shape == (2,)
   assert res.fun == pytest.approx(res.starts_fun.min(), rel=1e-6)
   assert res.starts_fun[1] < res.starts_fun[0]
+  # initial guess, initial cost and history all belong to the best start
+  assert res.starts_fun0.shape == (2,) and res.starts_fun0[1] < res.starts_fun0[0]
+  assert res.fun0 == res.history["fun"][0] == res.starts_fun0[1]
+  assert res.x0 == dict(zip(PARAMS, starts[1])) and list(res.history["x"][0]) == list(starts[1])
+  assert "best of 2 starts" in res.summary()
   err = _rel_err(res)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
 
@@ -209,7 +226,7 @@ def test_adam_recovers_damping():
   assert abs(res.x["dof_damping:hinge"] / 0.08 - 1) < 1e-3, res.summary()
 
 
-def test_quaternion_residuals_ball_joint():
+def test_quaternion_residuals_ball_joint(tmp_path):
   # qpos residuals of ball and free joints live in the tangent space (rotation vectors)
   mjm = mujoco.MjModel.from_xml_string(models.BALL_FREE)
   truth = mujoco.MjModel.from_xml_string(models.BALL_FREE)
@@ -219,8 +236,14 @@ def test_quaternion_residuals_ball_joint():
   qvel0 = np.zeros(mjm.nv)
   qvel0[mjm.jnt_dofadr[j]:mjm.jnt_dofadr[j] + 3] = [2.0, -1.0, 3.0]
   rec = D.simulate(truth, ctrl, qvel0=qvel0, record=("qpos", "qvel"))
-  res = S.identify(models.BALL_FREE, rec, ["dof_damping:ball"], device="cpu", shooting=20, iters=10)
-  np.testing.assert_allclose(res.x["dof_damping:ball"], 0.03, rtol=1e-3)
+  # MJCF holds one damping per joint (compiled into its 3 dofs), so that is what is identified and
+  # written: the rollout perturbs the dofs in separate lanes, their Jacobian columns are summed
+  res = S.identify(models.BALL_FREE, rec, ["dof_damping:ball"], device="cpu", shooting=20, iters=10, out=tmp_path,
+                   plots=False)
+  assert isinstance(res.x["dof_damping:ball"], float) and res.labels == ["dof_damping:ball"]
+  assert res.x["dof_damping:ball"] == pytest.approx(0.03, rel=1e-3)
+  m = mujoco.MjModel.from_xml_path(str(tmp_path / "model.xml"))
+  np.testing.assert_allclose(m.dof_damping[m.jnt_dofadr[j]:m.jnt_dofadr[j] + 3], res.x["dof_damping:ball"], rtol=1e-6)
 
 
 def test_identified_mjcf_fields(tmp_path):
@@ -250,3 +273,109 @@ def test_identified_mjcf_fields(tmp_path):
     'mass="0"', 'mass="0.5"')
   S.write_mjcf(xml, [diffsim.Param("body_mass:pole")], np.array([0.8]), path)
   assert mujoco.MjModel.from_xml_path(str(path)).body_mass[1] == pytest.approx(0.8)
+
+
+def test_identified_mjcf_joint_types_and_servo_damping(tmp_path):
+  # host only. Dof fields of ball and free joints hold one value per joint in MJCF (the joint's
+  # damping polynomial starts with the linear coefficient; armature and frictionloss are scalars):
+  # one value each, compiled into every dof. A position servo's dampratio is compiled into kv from
+  # kp and the inertia; the simulation keeps that kv when kp changes, and so must the written model.
+  xml = """
+  <mujoco>
+    <worldbody>
+      <body name="arm">
+        <joint name="hinge" type="hinge" armature="0.01"/>
+        <geom size="0.1" mass="1"/>
+        <body name="bob" pos="0 0 -0.3">
+          <joint name="ball" type="ball" damping="0.1" stiffness="0.5"/>
+          <geom size="0.05" mass="0.2"/>
+        </body>
+      </body>
+      <body name="floater" pos="1 0 0">
+        <freejoint name="free"/>
+        <geom size="0.1" mass="1"/>
+      </body>
+    </worldbody>
+    <actuator>
+      <position name="servo" joint="hinge" kp="5" dampratio="1"/>
+    </actuator>
+  </mujoco>"""
+  m0 = mujoco.MjModel.from_xml_string(xml)
+  params = [diffsim.Param("dof_damping", ["ball", "free"], name="damping"), diffsim.Param("dof_armature:ball"),
+            diffsim.Param("dof_frictionloss:free"), diffsim.Param("jnt_stiffness:ball"),
+            diffsim.Param("actuator_gainprm:servo")]
+  path = tmp_path / "model.xml"
+  S.write_mjcf(xml, params, np.array([0.3, 0.7, 0.05, 0.2, 2.0, 10.0]), path)
+  m = mujoco.MjModel.from_xml_path(str(path))
+  np.testing.assert_allclose(m.dof_damping, [0.0] + [0.3] * 3 + [0.7] * 6)
+  np.testing.assert_allclose(m.dof_armature, [0.01] + [0.05] * 3 + [0.0] * 6)
+  np.testing.assert_allclose(m.dof_frictionloss, [0.0] * 4 + [0.2] * 6)
+  np.testing.assert_allclose(m.jnt_stiffness, [0.0, 2.0, 0.0])
+  assert m.actuator_gainprm[0, 0] == 10.0 and m.actuator_biasprm[0, 1] == -10.0
+  assert m0.actuator_biasprm[0, 2] < 0  # dampratio 1 compiled into kv
+  # the compiled kv, written explicitly (compiling dampratio again with kp 10 would give -0.75)
+  assert m.actuator_biasprm[0, 2] == pytest.approx(m0.actuator_biasprm[0, 2], rel=1e-5)
+  # theta holds one value per joint
+  with pytest.raises(ValueError, match="one per joint"):
+    S.write_mjcf(xml, params, np.array([0.3, 0.3, 0.3, 0.7, 0.05, 0.2, 2.0, 10.0]), path)
+
+
+def test_model_xml_failures(tmp_path, rec, monkeypatch):
+  # a parameter model.xml cannot hold fails before any kernel runs when out= asks for model.xml
+  monkeypatch.setattr(S, "_Problem", lambda *a, **k: pytest.fail("device work started"))
+  with pytest.raises(ValueError, match="cannot write the identified parameters to model.xml.*solref"):
+    S.identify(GUESS, rec, ["dof_solref:hinge"], device="cpu", out=tmp_path)
+  monkeypatch.undo()
+  # identified values that do not compile (an inertia violating the triangle inequality; here the
+  # initial guess, with no iterations) lose neither the result nor the other files
+  iy = diffsim.Param("body_inertia", "pole", components=[1], name="iy")  # 0.004 + 0.0005 < 0.01
+  with pytest.warns(UserWarning, match="result is returned.*model.xml not written.*does not compile"):
+    res = S.identify(GUESS, rec, [iy], x0={"iy": 0.01}, device="cpu", iters=0, out=tmp_path)
+  assert res.x["iy"] == 0.01 and np.isfinite(res.fun) and not res.warnings
+  assert "does not compile" in res.save_error
+  assert json.loads((tmp_path / "params.json").read_text())["iy"]["value"] == 0.01
+  assert sorted(os.listdir(tmp_path)) == ["cost.png", "params.json", "params.png", "signals.png"]
+  with pytest.raises(ValueError, match="model.xml not written"):
+    res.save(tmp_path / "again", plots=False)
+  assert os.listdir(tmp_path / "again") == ["params.json"]
+
+
+def _so101_truth():
+  """SO-101 with a stiffer elbow rotor, a spring on the wrist and a stronger shoulder-lift servo."""
+  src = diffsim.asset_path("so101", "so101_new_calib.xml")
+  truth = mujoco.MjModel.from_xml_path(src)
+  jnt = lambda n: mujoco.mj_name2id(truth, mujoco.mjtObj.mjOBJ_JOINT, n)
+  truth.dof_armature[truth.jnt_dofadr[jnt("elbow_flex")]] = 0.035
+  truth.jnt_stiffness[jnt("wrist_flex")] = 0.3
+  a = mujoco.mj_name2id(truth, mujoco.mjtObj.mjOBJ_ACTUATOR, "shoulder_lift")
+  truth.actuator_gainprm[a, 0], truth.actuator_biasprm[a, 1] = 21.0, -21.0  # a position servo: kp ties both
+  mujoco.mj_setConst(truth, mujoco.MjData(truth))
+  t = np.arange(41)[:, None] * 0.01
+  k = np.arange(truth.nu)[None]
+  ctrl = np.clip(0.2 * k % 0.6 + 0.5 * np.sin(2 * np.pi * (0.8 + 0.3 * k) * t + k), *truth.actuator_ctrlrange.T)
+  rec = D.simulate(truth, ctrl, substeps=5, record=("qpos", "qvel"))
+  return src, rec, {"dof_armature:elbow_flex": 0.035, "jnt_stiffness:wrist_flex": 0.3,
+                    "actuator_gainprm:shoulder_lift": 21.0}, {"jnt_stiffness:wrist_flex": 0.2}
+
+
+def _pendulum_truth():
+  """The pendulum with more inertia about its hinge, a spring on it and less gravity."""
+  truth = mujoco.MjModel.from_xml_string(GUESS)
+  truth.body_inertia[1, 1], truth.jnt_stiffness[0], truth.opt.gravity[2] = 0.005, 0.3, -9.6
+  mujoco.mj_setConst(truth, mujoco.MjData(truth))
+  rec = D.simulate(truth, _ctrl(151, 0.01), qpos0=[0.3])
+  return GUESS, rec, {"body_inertia:pole[y]": 0.005, "jnt_stiffness:hinge": 0.3, "gravity_z": -9.6}, \
+    {"jnt_stiffness:hinge": 0.2}
+
+
+@pytest.mark.parametrize("make", [_pendulum_truth, _so101_truth], ids=["pendulum", "so101"])
+def test_lm_recovers_other_fields(make):
+  # noise-free float64 MuJoCo data: body inertia, joint stiffness, gravity, rotor armature and a
+  # position servo's kp (whose biasprm[1] = -kp tie the rollout must apply) come back to 1e-3
+  src, rec, true, x0 = make()
+  named = {"body_inertia:pole[y]": diffsim.Param("body_inertia", "pole", components=[1], name="body_inertia:pole[y]"),
+           "gravity_z": diffsim.Param("opt.gravity", components=[2], name="gravity_z")}
+  res = S.identify(src, rec, [named.get(k, k) for k in true], x0=x0, device="cpu", iters=15)
+  err = _rel_err(res, true)
+  assert all(e < 1e-3 for e in err.values()), (err, res.message)
+  assert res.success and not res.warnings, res.message

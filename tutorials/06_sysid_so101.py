@@ -77,6 +77,9 @@ def main(argv=None) -> int:
     ids = [truth.jnt_dofadr[mujoco.mj_name2id(truth, mujoco.mjtObj.mjOBJ_JOINT, j)] for j in joints]
     getattr(truth, f)[ids] *= [FACTORS[f][JOINTS.index(j)] for j in joints]
     true[f] = getattr(truth, f)[ids].copy()
+  # constants derived from the armature (dof_invweight0, which sets how soft the frictionloss and
+  # joint-limit constraints are) must follow it, as they do for the identified model
+  mujoco.mj_setConst(truth, mujoco.MjData(truth))
 
   rate = 100.0  # Hz; the model steps at 2 ms, so 5 steps per sample
   substeps = int(round(1.0 / (rate * truth.opt.timestep)))
@@ -104,6 +107,7 @@ def main(argv=None) -> int:
     print("warning:", w)
   print(res.summary())
   print(f"stopped: {res.message}")
+  print(f"condition number of the scaled Gauss-Newton Hessian: {res.cond:.3g}")
   print(f"truth within 3 std: {sum(int(v.sum()) for v in inside.values())} of {sum(v.size for v in inside.values())}")
   print(f"wrote {out}/: recording.npz, params.json, model.xml, signals.png, cost.png, params.png")
   if args.test:
