@@ -161,7 +161,7 @@ def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: 
   tape_grads = {"ctrl": ctrl_wp.grad.numpy()[world], "qpos0": qpos0_wp.grad.numpy()[world],
                 "qvel0": qvel0_wp.grad.numpy()[world]}
   for p in params:
-    tape_grads[p.name] = p.value.grad.numpy()[world]
+    tape_grads[p.name] = p.value.grad.numpy()[world].copy()  # the Param keeps its grad array
 
   # float64 reference
   values = {p: p.value.numpy()[world].astype(np.float64) for p in params}
