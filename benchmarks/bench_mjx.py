@@ -23,7 +23,7 @@ compilation (XLA; Warp's kernels, usually cached in `~/.cache/warp`) plus one ru
 Run: `python -m benchmarks.bench_mjx [--device cpu] [--sizes 1 64 1024] [--nstep 100] [--repeats 3]`.
 Needs `pip install "jax[cpu]" mujoco-mjx` (diffsim's `jax` extra has JAX, not MJX; mujoco-mjx 3.17
 is the newest release and runs with mujoco 4.0). Prints a Markdown table and writes
-`benchmarks/results/mjx_<device>.json`. On a 2-core CPU the default sizes take ~7 minutes.
+`benchmarks/results/mjx_<device>.json` after every row. On a 2-core CPU the default sizes take ~7 minutes.
 
 Where diffsim is slower, and why (2-core CPU, `--device cpu`; figures from two runs on a machine
 shared with other jobs, so absolute times are ~2-4x above issue #5's, ratios less affected):
@@ -226,8 +226,8 @@ def main(argv=None) -> list[dict]:
   try:
     import jax  # noqa: F401
     from mujoco import mjx  # noqa: F401
-  except ImportError as e:
-    parser.exit(2, f"bench_mjx needs JAX and MJX: pip install 'jax[cpu]' mujoco-mjx ({e})\n")
+  except ImportError as e:  # benchmarks.run reports the section as skipped
+    raise ImportError(f"bench_mjx needs JAX and MJX: pip install 'jax[cpu]' mujoco-mjx ({e})") from None
   wp.config.log_level = wp.LOG_WARNING
 
   rows = []
@@ -235,12 +235,15 @@ def main(argv=None) -> list[dict]:
     rows.append(bench_case(n, args.nstep, args.device, args.repeats))
     print(f"[bench_mjx] {n} worlds: diffsim {rows[-1]['diffsim_grad_s']:.3g} s, MJX {rows[-1]['mjx_grad_s']:.3g} s",
           file=sys.stderr, flush=True)
+    # after every row: a run stopped by a timeout keeps the rows it finished
+    write_json(os.path.join(args.out, f"mjx_{rows[0]['device'].replace(':', '')}.json"),
+               {"argv": list(argv if argv is not None else sys.argv[1:]), "versions": versions(), "rows": rows})
   print(table(rows))
-  device = rows[0]["device"].replace(":", "") if rows else "none"
-  write_json(os.path.join(args.out, f"mjx_{device}.json"), {"argv": list(argv if argv is not None else sys.argv[1:]),
-                                                           "versions": versions(), "rows": rows})
   return rows
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  except ImportError as e:
+    sys.exit(f"bench_mjx: {e}")

@@ -2,17 +2,27 @@
 
 For each model and world count it measures, in one process:
   - forward world-steps/s of a diffsim rollout launched from Python (eager) and replayed from a
-    captured graph, and of raw `mujoco_warp.step` replayed from a graph (diffsim's overhead);
+    captured graph, and of raw `mujoco_warp.step` replayed from a graph on the same `Data`, from
+    the same initial state with the same controls (copied into `Data.ctrl` before each step, as any
+    MJWarp rollout must). The two graphs are replayed alternately (a load spike from other processes
+    hits both) and `fwd_over_raw` is the median of the per-pair time ratios: diffsim's forward
+    overhead. Its known parts: one `mjw.forward` after the last step (the final row of
+    `sensordata`, ~1/nstep of a step) and two small copy kernels per step (state in, state and
+    sensors out to the trajectory arrays);
   - gradient cost: time of forward + Jacobians + backward (captured) divided by the captured
     forward time, and that ratio divided by the number of perturbation lanes (how close the
     finite-difference adjoint comes to its own lower bound of one MJWarp step per lane);
-  - `mujoco.rollout` (MuJoCo C, float64) with all CPU threads on the same model and controls;
-  - the one-time kernel compilation (first call), reported apart.
+  - `mujoco.rollout` (MuJoCo C, float64) with one thread per CPU this process may use;
+  - one-time costs, apart from the steady state: `compile_s`, per model, the first forward and
+    gradient call minus a second one at 1 world and 2 steps (Warp kernel compilation, or loading
+    from `~/.cache/warp`, and MJWarp set-up, in this process); and per row `first_fwd_s` and
+    `first_grad_s`, the first eager call (allocation and any one-time cost left, plus one run).
 Models: cart-pole, the SO-101 arm, and MJWarp's test humanoid (contact-rich). Gradients that would
 need more than `--grad-max-worlds` MJWarp worlds (default 40,000 on CPU) are skipped.
 
 Run: `python -m benchmarks.bench_rollout [--device cpu] [--sizes 1 64 1024] [--nstep 50]`.
-Prints a Markdown table and writes `benchmarks/results/rollout_<device>.json`.
+Prints a Markdown table and writes `benchmarks/results/rollout_<device>.json` after every row
+(temp file, then rename), so an interrupted run keeps the rows it finished.
 """
 
 from __future__ import annotations
@@ -43,15 +53,33 @@ MODELS = {
 }
 
 
+def _wall(fn) -> float:
+  """Wall time of one call of `fn` (s), device work included."""
+  t = time.perf_counter()
+  fn()
+  wp.synchronize()
+  return time.perf_counter() - t
+
+
 def _time(fn, repeats: int) -> float:
   """Median wall time of `fn` (s), after the caller's warm-up."""
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
+  return float(np.median([_wall(fn) for _ in range(repeats)]))
+
+
+def _alternate(fns: dict, repeats: int) -> dict[str, list[float]]:
+  """Wall times of each function over `repeats` rounds, the functions taking turns in each round."""
+  times = {k: [] for k in fns}
+  for r in range(repeats):
+    for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+      times[k].append(_wall(fns[k]))
+  return times
+
+
+def _graph(device, fn):
+  """`fn` captured once; returns a function that replays it."""
+  with wp.ScopedCapture(device=device) as cap:
     fn()
-    wp.synchronize()
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
+  return lambda: wp.capture_launch(cap.graph)
 
 
 @wp.kernel
@@ -60,39 +88,16 @@ def _final_qpos_loss(qpos: wp.array3d[float], nstep: int, loss: wp.array[float])
   wp.atomic_add(loss, 0, qpos[w, nstep, i] * qpos[w, nstep, i])
 
 
-def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
-               grad_max_worlds: int | None = None) -> dict:
-  """One row. The gradient is skipped (None) where its `nlane * nworld` MJWarp worlds exceed
-  `grad_max_worlds` (memory and time on small machines)."""
-  import mujoco.rollout
-  import mujoco_warp as mjw
-
-  t0 = time.perf_counter()
-  scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device)
+def controls(scene, nworld: int, nstep: int) -> np.ndarray:
+  """`(nworld, nstep, nu)` float32 controls in the middle 40% of each control range (seed 0)."""
   rng = np.random.default_rng(0)
   lo, hi = scene.mjm.actuator_ctrlrange.T
-  u = (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, scene.nu))).astype(np.float32)
-  ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
+  return (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, scene.nu))).astype(np.float32)
 
-  fwd = diffsim.Rollout(scene, nstep, differentiable=False)
-  fwd(ctrl)
-  wp.synchronize()
-  compile_s = time.perf_counter() - t0
-  eager = _time(lambda: fwd(ctrl), repeats)
-  with wp.ScopedCapture(device=scene.device) as cap:
-    fwd(ctrl)
-  captured = _time(lambda: wp.capture_launch(cap.graph), repeats)
 
-  data = scene.data(1)
-  with wp.ScopedCapture(device=scene.device) as raw_cap:
-    for _ in range(nstep):
-      mjw.step(scene.model, data)
-  raw = _time(lambda: wp.capture_launch(raw_cap.graph), repeats)
-
-  nlane = 1 + 2 * (scene.nx + scene.nu)  # central differences over the state and the controls
-  grad_ro = None
-  if grad_max_worlds is None or nlane * nworld <= grad_max_worlds:
-    grad_ro = diffsim.Rollout(scene, nstep)  # allocates the nlane * nworld MJWarp worlds
+def gradient_fn(ro, ctrl: wp.array):
+  """One tape gradient of the final-qpos loss through `ro` into `ctrl.grad` (to run or capture)."""
+  scene, nstep = ro.scene, ro.nstep
   loss = wp.zeros(1, dtype=float, device=scene.device, requires_grad=True)
 
   def gradient():
@@ -100,24 +105,83 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
     ctrl.grad.zero_()
     tape = wp.Tape()
     with tape:
-      traj = grad_ro(ctrl)
-      wp.launch(_final_qpos_loss, dim=(nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
+      traj = ro(ctrl)
+      wp.launch(_final_qpos_loss, dim=(scene.nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
                 device=scene.device)
     tape.backward(loss)
 
-  grad = None
-  if grad_ro is not None:
-    t1 = time.perf_counter()
-    gradient()
-    wp.synchronize()
-    compile_s += time.perf_counter() - t1
-    with wp.ScopedCapture(device=scene.device) as grad_cap:
-      gradient()
-    grad = _time(lambda: wp.capture_launch(grad_cap.graph), repeats)
+  return gradient
 
-  # MuJoCo C, float64, all threads
+
+def raw_mjwarp(scene, u: np.ndarray):
+  """Raw MJWarp on the scene's one-lane `Data` (the forward rollout's too; both set the whole state
+  before they step): from `qpos0` at rest, `u[:, k]` copied into `Data.ctrl` before step `k`, no
+  trajectory kept. Returns the function to capture."""
+  import mujoco_warp as mjw
+
+  nworld, nstep, nu = u.shape
+  d = scene.data(1)
+  qpos0 = wp.array(np.tile(scene.mjm.qpos0, (nworld, 1)).astype(np.float32), dtype=float, device=scene.device)
+  ctrl = wp.array(np.ascontiguousarray(u.transpose(1, 0, 2)), dtype=float, device=scene.device)  # (nstep, nworld, nu)
+
+  def run():
+    wp.copy(d.qpos, qpos0)
+    for a in (d.qvel, d.act, d.qacc_warmstart, d.time):
+      a.zero_()
+    for k in range(nstep):
+      if nu:
+        wp.copy(d.ctrl, ctrl, src_offset=k * nworld * nu, count=nworld * nu)
+      mjw.step(scene.model, d)
+
+  return run
+
+
+def compile_time(model: str, device) -> float:
+  """One-time cost of the model's first forward and gradient call in this process (Warp compiles
+  its kernels or loads them from `~/.cache/warp`; MJWarp sets up): at 1 world and 2 steps, the
+  first call minus a second."""
+  scene = diffsim.Scene.from_xml(MODELS[model](), nworld=1, device=device)
+  ctrl = wp.array(controls(scene, 1, 2), dtype=float, device=scene.device, requires_grad=True)
+  fwd = diffsim.Rollout(scene, 2, differentiable=False)
+  gradient = gradient_fn(diffsim.Rollout(scene, 2), ctrl)
+
+  def both():
+    fwd(ctrl)
+    gradient()
+
+  first = _wall(both)
+  return max(first - _wall(both), 0.0)
+
+
+def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
+               grad_max_worlds: int | None = None) -> dict:
+  """One row. The gradient is skipped (None) where its `nlane * nworld` MJWarp worlds exceed
+  `grad_max_worlds` (memory and time on small machines)."""
+  import mujoco.rollout
+
+  scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device)
+  u = controls(scene, nworld, nstep)
+  ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
+
+  fwd = diffsim.Rollout(scene, nstep, differentiable=False)
+  first_fwd = _wall(lambda: fwd(ctrl))
+  eager = _time(lambda: fwd(ctrl), repeats)
+  replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
+  replay_raw = _graph(scene.device, raw_mjwarp(scene, u))
+  times = _alternate({"fwd": replay_fwd, "raw": replay_raw}, max(repeats, 3))
+  captured, raw = float(np.median(times["fwd"])), float(np.median(times["raw"]))
+  fwd_over_raw = float(np.median(np.array(times["fwd"]) / np.array(times["raw"])))
+
+  nlane = 1 + 2 * (scene.nx + scene.nu)  # central differences over the state and the controls
+  grad = first_grad = None
+  if grad_max_worlds is None or nlane * nworld <= grad_max_worlds:
+    gradient = gradient_fn(diffsim.Rollout(scene, nstep), ctrl)  # allocates the nlane * nworld worlds
+    first_grad = _wall(gradient)
+    grad = _time(_graph(scene.device, gradient), repeats)
+
+  # MuJoCo C, float64, one thread per CPU this process may use
   mjm = scene.mjm
-  nthread = os.cpu_count() or 1
+  nthread = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
   datas = [mujoco.MjData(mjm) for _ in range(nthread)]
   state0 = np.zeros((nworld, mujoco.mj_stateSize(mjm, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
   mujoco.mj_getState(mjm, datas[0], state0[0], mujoco.mjtState.mjSTATE_FULLPHYSICS)
@@ -131,26 +195,61 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
     "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": nlane,
     "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
     "mujoco_rollout_wsps": ws / c_time, "mujoco_rollout_nthread": nthread,
-    "grad_s": grad, "fwd_s": captured, "grad_over_fwd": None if grad is None else grad / captured,
+    "grad_s": grad, "fwd_s": captured, "raw_s": raw, "fwd_over_raw": fwd_over_raw,
+    "grad_over_fwd": None if grad is None else grad / captured,
     "grad_over_fwd_per_lane": None if grad is None else grad / captured / nlane,
-    "diffsim_overhead": raw / captured, "compile_s": compile_s,
+    "first_fwd_s": first_fwd, "first_grad_s": first_grad,
   }
 
 
 def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats: int) -> dict:
-  """Captured forward and gradient time with `diffsim.set_deterministic` off and on."""
+  """Captured forward and gradient time with `diffsim.set_deterministic` off and on, and whether two
+  replays give bitwise equal trajectories and gradients (on the CPU they always do: its kernels run
+  sequentially). `ncon` counts the contacts of the last step over all worlds (MJWarp orders contacts
+  and constraint rows racily on the GPU)."""
   out = {"model": model, "nworld": nworld, "nstep": nstep}
   for flag in (False, True):
     diffsim.set_deterministic(flag)
     try:
-      row = bench_case(model, nworld, nstep, device, repeats)
+      scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device)
+      u = controls(scene, nworld, nstep)
+      ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
+      fwd = diffsim.Rollout(scene, nstep, differentiable=False)
+      traj = fwd(ctrl)  # eager first: compiles
+      replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
+      gradient = gradient_fn(diffsim.Rollout(scene, nstep), ctrl)
+      gradient()
+      replay_grad = _graph(scene.device, gradient)
+      key = "on" if flag else "off"
+      runs = []
+      for _ in range(2):
+        replay_fwd()
+        replay_grad()
+        wp.synchronize()
+        runs.append((traj.qpos.numpy().copy(), traj.sensordata.numpy().copy(), ctrl.grad.numpy().copy()))
+      out[f"ncon_{key}"] = int(scene.data(1).nacon.numpy().sum())
+      out[f"fwd_bitwise_{key}"] = all(np.array_equal(a, b) for a, b in zip(runs[0][:2], runs[1][:2]))
+      out[f"grad_bitwise_{key}"] = bool(np.array_equal(runs[0][2], runs[1][2]))
+      out[f"fwd_s_{key}"] = _time(replay_fwd, repeats)
+      out[f"grad_s_{key}"] = _time(replay_grad, repeats)
+      out["device"] = str(scene.device)
     finally:
       diffsim.set_deterministic(False)
-    key = "on" if flag else "off"
-    out[f"fwd_s_{key}"], out[f"grad_s_{key}"], out["device"] = row["fwd_s"], row["grad_s"], row["device"]
   out["fwd_cost"] = out["fwd_s_on"] / out["fwd_s_off"]
   out["grad_cost"] = out["grad_s_on"] / out["grad_s_off"]
   return out
+
+
+def determinism_table(rows: list[dict]) -> str:
+  head = ("| model | worlds | steps | contacts (last step) | fwd on / off | grad on / off | bitwise repeat off: "
+          "fwd, grad | on: fwd, grad |")
+  lines = [head, "|" + "---|" * 8]
+  yes = lambda b: "yes" if b else "no"
+  for r in rows:
+    lines.append(f"| {r['model']} | {r['nworld']} | {r['nstep']} | {r['ncon_on']} | {r['fwd_cost']:.2f}x | "
+                 f"{r['grad_cost']:.2f}x | {yes(r['fwd_bitwise_off'])}, {yes(r['grad_bitwise_off'])} | "
+                 f"{yes(r['fwd_bitwise_on'])}, {yes(r['grad_bitwise_on'])} |")
+  return "\n".join(lines)
 
 
 def _fmt(x, spec: str) -> str:
@@ -158,15 +257,16 @@ def _fmt(x, spec: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-  head = ("| model | worlds | steps | fwd eager (ws/s) | fwd captured (ws/s) | raw mjw.step (ws/s) | mujoco.rollout "
-          "(ws/s) | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | lanes | compile (s) |")
-  lines = [head, "|" + "---|" * 12]
+  head = ("| model | worlds | steps | fwd eager (ws/s) | fwd captured (ws/s) | raw mjw.step (ws/s) | captured / raw "
+          "(time) | mujoco.rollout (ws/s) | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | lanes | "
+          "compile (s) |")
+  lines = [head, "|" + "---|" * 13]
   for r in rows:
     lines.append(
       f"| {r['model']} | {r['nworld']} | {r['nstep']} | {r['fwd_eager_wsps']:.3g} | {r['fwd_captured_wsps']:.3g} | "
-      f"{r['mjw_step_captured_wsps']:.3g} | {r['mujoco_rollout_wsps']:.3g} | "
+      f"{r['mjw_step_captured_wsps']:.3g} | {r['fwd_over_raw']:.2f} | {r['mujoco_rollout_wsps']:.3g} | "
       f"{r['fwd_captured_wsps'] / r['mujoco_rollout_wsps']:.2f} | {_fmt(r['grad_over_fwd'], '.1f')} | "
-      f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {r['compile_s']:.1f} |")
+      f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {_fmt(r.get('compile_s'), '.1f')} |")
   return "\n".join(lines)
 
 
@@ -196,11 +296,17 @@ def main(argv=None) -> list[dict]:
   cap = args.grad_max_worlds
   if cap is None and wp.get_device(args.device).is_cpu:
     cap = 40_000
-  cases = [(m, n) for m in args.models for n in args.sizes]
-  rows = [bench_case(m, n, args.nstep, args.device, args.repeats, cap) for m, n in tqdm(cases, desc="benchmarks")]
+  argv_saved = sys.argv[1:] if argv is None else list(argv)
+  rows = []
+  with tqdm(total=len(args.models) * len(args.sizes), desc="benchmarks") as bar:
+    for m in args.models:
+      compile_s = compile_time(m, args.device)
+      for n in args.sizes:
+        rows.append({**bench_case(m, n, args.nstep, args.device, args.repeats, cap), "compile_s": compile_s})
+        device = rows[0]["device"].replace(":", "")
+        write_json(os.path.join(args.out, f"rollout_{device}.json"), {"argv": argv_saved, "rows": rows})
+        bar.update()
   print(table(rows))
-  device = rows[0]["device"].replace(":", "") if rows else "none"
-  write_json(os.path.join(args.out, f"rollout_{device}.json"), {"argv": sys.argv[1:], "rows": rows})
   return rows
 
 

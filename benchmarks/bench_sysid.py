@@ -39,8 +39,9 @@ faster). diffsim's kernel compilation (first MJWarp use of the model in this pro
 tiny identification run twice before the cases: first time minus second time.
 
 Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--steps 300] [--repeats 3]`.
-Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json`. `--quick`: 1 and 2
-trajectories of 40 steps, at most 5 iterations (a check that it runs, well under a minute warm).
+Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json` after every case.
+`--quick`: 1 and 2 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under
+a minute warm).
 
 Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
 4 minutes, nothing else running; absolute times carry that machine's load, which varied by ~25%
@@ -392,12 +393,15 @@ def main(argv=None) -> list[dict]:
     row["diffsim_compile_s"] = compile_s
     rows.append(row)
     print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    # after every case: a run stopped by a timeout keeps the cases it finished
+    write_json(os.path.join(args.out, f"sysid_{rows[0]['device'].replace(':', '')}.json"),
+               {"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows})
   print(table(rows))
-  device = rows[0]["device"].replace(":", "") if rows else "none"
-  write_json(os.path.join(args.out, f"sysid_{device}.json"), {"argv": sys.argv[1:] if argv is None else list(argv),
-                                                              "rows": rows})
   return rows
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  except ImportError as e:
+    sys.exit(f"bench_sysid: {e}")

@@ -24,7 +24,8 @@ one small read) to timestamp it. Reported per solver:
     (the GPU's default) and with the rollouts' step captured once and replayed per step (the CPU's).
 
 Run: `python -m benchmarks.bench_trajopt [--device cpu] [--problems cartpole so101] [--quick]`.
-Prints a Markdown table and writes `benchmarks/results/trajopt_<device>.json` (temp file, then rename).
+Prints a Markdown table and writes `benchmarks/results/trajopt_<device>.json` after every problem
+(temp file, then rename).
 Sizes: CPU, cart-pole 4 worlds and SO-101 8 worlds over 0.3 s; CUDA, 1,024 and 2,048 worlds (the
 tutorials' full sizes). `--quick`: 2 worlds, short horizons, 3 iterations (checks that it runs).
 """
@@ -34,7 +35,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -43,6 +43,8 @@ import numpy as np
 import warp as wp
 
 import diffsim
+
+from .bench_rollout import write_json
 
 _TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
 SOLVERS = ("ilqr", "adam", "lbfgs")
@@ -161,9 +163,12 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
   for method in solvers:
     maxiter = 3 if quick else ITERS[name][method]
     opts = OPTIONS[name][method]
-    # warm-up: compiles the kernels and captures the graphs of this solver (cached on the problem)
+    # warm-up: compiles the kernels and captures the graphs of this solver (cached on the problem).
+    # One iteration (the callback stops at the first check); maxiter stays the timed run's because
+    # a solver is cached for runs up to its capacity, maxiter + 1: a smaller one would be rebuilt,
+    # and its graphs recaptured, inside the timed run
     t = time.perf_counter()
-    diffsim.optimize_trajectory(problem, method, maxiter=maxiter, quiet=True, options=opts,
+    diffsim.optimize_trajectory(problem, method, maxiter=maxiter, log_every=1, quiet=True, options=opts,
                                 callback=lambda nit, fun: True)
     warmup_s = time.perf_counter() - t
     stamps = []
@@ -249,15 +254,13 @@ def main(argv=None) -> list[dict]:
   if args.nworld:
     sizes.update(zip(args.problems, args.nworld))
   rows = []
+  path = os.path.join(args.out, f"trajopt_{str(device).replace(':', '')}.json")
   for name in args.problems:
     print(f"bench_trajopt: {name}, {sizes[name]} worlds, solvers {args.solvers}", flush=True)
     rows += bench_problem(name, sizes[name], device, args.quick, args.rtol, args.solvers)
+    # after every problem: a run stopped by a timeout keeps the problems it finished
+    write_json(path, {"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows})
   print(table(rows))
-  os.makedirs(args.out, exist_ok=True)
-  path = os.path.join(args.out, f"trajopt_{str(device).replace(':', '')}.json")
-  with open(path + ".tmp", "w") as f:
-    json.dump({"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows}, f, indent=1)
-  os.replace(path + ".tmp", path)
   return rows
 
 

@@ -43,18 +43,65 @@ def resolve_device(device: str | wp.context.Device | None) -> wp.context.Device:
 
 
 _DETERMINISTIC = False
+# diffsim's Warp modules with float atomics that can race: sums over worlds (initial-state and
+# shared-parameter gradients, costs) and the adjoints of kernels recorded on a tape. Not
+# diffsim.step and diffsim.trajopt: their `+=` update elements that one thread owns (no race), and
+# Warp's deterministic lowering rejects an array both updated that way and read in one kernel. Not
+# MJWarp's modules either: `opt.deterministic` builds its kernels with float atomics in the
+# deterministic mode, and several of its others do not compile in it (same reason).
+_DETERMINISTIC_MODULES = ("diffsim.gradcheck", "diffsim.losses", "diffsim.rollout", "diffsim.sysid")
+# ... of which these make atomic updates in loops over the model's coordinates, which Warp's static
+# record count (one per call site) misses: each coordinate of the initial state (rollout's
+# `_initial_grad`) or each input of a residual row (the adjoint of sysid's `_residuals`) once per thread
+_LOOPED_RECORD_MODULES = ("diffsim.rollout", "diffsim.sysid")
+_max_records = 0  # the largest such count over the scenes built so far
 
 
 def set_deterministic(enabled: bool = True) -> None:
-  """Make repeated rollouts and gradients bitwise identical.
+  """Fix the order of floating-point atomics, so repeated GPU rollouts and gradients repeat bitwise.
 
-  Sets `wp.config.deterministic = wp.DeterministicMode.RUN_TO_RUN` (fixed order of atomics) and
-  MJWarp's own `opt.deterministic = DeterminismType.ALL` (stable contact and constraint order) on
-  every `Scene` built afterwards. Costs some throughput on GPU; see `benchmarks/`.
+  (CPU kernels run sequentially: CPU runs repeat anyway.) Sets MJWarp's own
+  `opt.deterministic = DeterminismType.ALL` on every `Scene` built afterwards, and Warp's
+  `"deterministic"` module option (`wp.DeterministicMode.RUN_TO_RUN`) on diffsim's modules with
+  racing atomics; they recompile on their next launch (once: Warp caches both variants). Call it
+  before building scenes and rollouts: graphs captured before keep their kernels. It leaves
+  `wp.config.deterministic` alone: set globally, it would also reach MJWarp kernels that do not
+  compile in that mode. Your own kernels (a `KernelCost`) that sum with float atomics need
+  `wp.set_module_options({"deterministic": wp.DeterministicMode.RUN_TO_RUN})` in their module.
+
+  MuJoCo Warp 4.0 implements the ATOMICS part of `ALL` only: its stable contact and constraint-row
+  orders (CONTACTS, CONSTRAINT) are still empty placeholders, so with contacts or active
+  constraints repeated GPU runs can still differ in the last bits (`benchmarks.run --sections
+  determinism` reports whether they do). Costs some throughput on GPU; see `benchmarks/`.
   """
   global _DETERMINISTIC
   _DETERMINISTIC = bool(enabled)
-  wp.config.deterministic = wp.DeterministicMode.RUN_TO_RUN if enabled else wp.DeterministicMode.NOT_GUARANTEED
+  _apply_module_options()
+
+
+def _apply_module_options() -> None:
+  import importlib
+
+  mode = wp.DeterministicMode.RUN_TO_RUN if _DETERMINISTIC else wp.DeterministicMode.NOT_GUARANTEED
+  for name in _DETERMINISTIC_MODULES:
+    importlib.import_module(name)  # a Warp module made before its Python module would be replaced
+    records = wp.config.deterministic_max_records
+    if _DETERMINISTIC and name in _LOOPED_RECORD_MODULES:
+      records = max(records, _max_records)
+    want = {"deterministic": mode, "deterministic_max_records": records}
+    have = wp.get_module_options(name)
+    if any(have[k] != v for k, v in want.items()):  # a change recompiles (or reloads) the module
+      wp.set_module_options(want, module=name)
+
+
+def _note_model_size(mjm: mujoco.MjModel) -> None:
+  """Raises the per-thread record bound of `_LOOPED_RECORD_MODULES` to cover `mjm`."""
+  global _max_records
+  need = max(mjm.nq, 2 * mjm.nv + mjm.na + mjm.nsensordata)
+  if need > _max_records:
+    _max_records = need
+    if _DETERMINISTIC:
+      _apply_module_options()
 
 
 @dataclass(frozen=True)
@@ -144,7 +191,8 @@ class Scene:
       quiet = int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
       self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~quiet
       if _DETERMINISTIC:
-        self.model.opt.deterministic = mjw.DeterminismType.ALL
+        self.model.opt.deterministic = int(mjw.DeterminismType.ALL)
+    _note_model_size(mjm)
     self._mjd = mujoco.MjData(mjm)
     mujoco.mj_forward(mjm, self._mjd)
     self._datas: dict[int, object] = {}

@@ -1,6 +1,7 @@
 """The benchmark scripts run at tiny size (speed itself is never asserted in a test)."""
 
 import json
+import sys
 
 from benchmarks import bench_rollout
 
@@ -12,8 +13,10 @@ def test_bench_rollout_runs_tiny(tmp_path):
   assert saved["rows"] == rows and len(rows) == 1
   row = rows[0]
   assert row["nlane"] == 1 + 2 * (2 * 2 + 1)  # central differences over dqpos, qvel, ctrl
-  for key in ("fwd_eager_wsps", "fwd_captured_wsps", "mjw_step_captured_wsps", "mujoco_rollout_wsps", "grad_s"):
-    assert row[key] > 0
+  for key in ("fwd_eager_wsps", "fwd_captured_wsps", "mjw_step_captured_wsps", "mujoco_rollout_wsps", "grad_s",
+              "fwd_over_raw", "first_fwd_s", "first_grad_s"):
+    assert row[key] > 0, key
+  assert row["compile_s"] >= 0  # first call minus second: 0 when nothing was left to compile
 
 
 def test_bench_trajopt_runs_tiny(tmp_path):
@@ -36,16 +39,26 @@ def test_bench_trajopt_runs_tiny(tmp_path):
   assert by["ilqr"]["first_iter_one_graph_s"] > 0 and by["ilqr"]["first_iter_looped_s"] > 0
 
 
-def test_benchmark_suite_runs_quick(tmp_path):
+def test_benchmark_suite_runs_quick(tmp_path, monkeypatch):
   from benchmarks import run
 
-  report = run.main(["--quick", "--device", "cpu", "--sections", "rollout", "determinism", "trajopt",
+  monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` fails: the mjx section is skipped, not fatal
+  report = run.main(["--quick", "--device", "cpu", "--sections", "rollout", "determinism", "mjx", "trajopt",
                      "--out", str(tmp_path)])
-  assert set(report["sections"]) == {"rollout", "determinism", "trajopt"}
+  assert set(report["sections"]) == {"rollout", "determinism", "mjx", "trajopt"}
   assert isinstance(report["sections"]["trajopt"], list), report["sections"]["trajopt"]  # not "skipped: ..."
+  assert report["sections"]["mjx"].startswith("skipped: bench_mjx needs JAX and MJX"), report["sections"]["mjx"]
+  det = report["sections"]["determinism"]
+  assert [r["model"] for r in det] == ["cartpole", "so101"]  # so101: self-collision, MJWarp's contact path
+  for r in det:
+    # CPU kernels run sequentially: replays repeat bitwise with the switch off or on
+    assert r["grad_bitwise_on"] and r["grad_bitwise_off"] and r["fwd_bitwise_on"], r
+    assert r["fwd_cost"] > 0 and r["grad_cost"] > 0
   saved = json.loads((tmp_path / "cpu.json").read_text())
   assert saved["sections"]["rollout"] == report["sections"]["rollout"]
-  assert "## trajopt" in (tmp_path / "cpu.md").read_text()
+  assert saved["sections"]["determinism"] == det
+  md = (tmp_path / "cpu.md").read_text()
+  assert "## trajopt" in md and "## mjx\n\nskipped" in md
 
 
 def test_bench_rollout_skips_gradients_beyond_the_world_cap():

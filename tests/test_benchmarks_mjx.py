@@ -1,15 +1,11 @@
 """`benchmarks.bench_mjx` runs at tiny size and reports what it promises (never a timed test)."""
 
 import json
-import os
-import sys
 
 import pytest
 
 pytest.importorskip("jax")
 pytest.importorskip("mujoco.mjx")
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root: `benchmarks`
 
 from benchmarks import bench_mjx  # noqa: E402
 

@@ -188,23 +188,51 @@ def test_jacobians_without_control_columns(cartpole):
       lean(grad_ctrl)
 
 
-def test_deterministic_gradients_are_bitwise_equal():
+def test_set_deterministic_reaches_the_kernels_that_launch():
+  """Warp copies `wp.config.deterministic` into a module when the module is made (at import), so the
+  switch must set the option of the modules that launch; checked on each launch of a gradient.
+  (Bitwise equality is checked too, but CPU kernels run sequentially: that proves little here.)"""
+  from unittest import mock
+
+  import mujoco_warp as mjw
+
+  run_to_run = wp.DeterministicMode.RUN_TO_RUN
+  launches = []
+  launch = wp.launch
+
+  def spy(kernel, *args, **kwargs):
+    launches.append((kernel.func.__module__, kernel.key, kernel.module.options["deterministic"]))
+    return launch(kernel, *args, **kwargs)
+
   diffsim.set_deterministic(True)
   try:
     scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=3, device="cpu")
     ro = diffsim.Rollout(scene, 20)
     ctrl = wp.array(_ctrl(scene, 20, seed=4), dtype=float, requires_grad=True)
     grads = []
-    for _ in range(2):
-      loss = wp.zeros(1, dtype=float, requires_grad=True)
-      ctrl.grad.zero_()
-      _gradient_step(ro, ctrl, loss)
-      grads.append(ctrl.grad.numpy().copy())
+    with mock.patch.object(wp, "launch", spy):
+      for _ in range(2):
+        loss = wp.zeros(1, dtype=float, requires_grad=True)
+        ctrl.grad.zero_()
+        _gradient_step(ro, ctrl, loss)
+        grads.append(ctrl.grad.numpy().copy())
     np.testing.assert_array_equal(grads[0], grads[1])
-    assert scene.model.opt.deterministic != 0
-    assert wp.config.deterministic == wp.DeterministicMode.RUN_TO_RUN
+    assert scene.model.opt.deterministic == mjw.DeterminismType.ALL
+    det = {(m, k) for m, k, mode in launches if mode == run_to_run}
+    # diffsim's adjoint, whose initial-state gradients sum over the worlds
+    assert {("diffsim.rollout", "_adjoint_step"), ("diffsim.rollout", "_initial_grad")} <= det
+    # MJWarp's kernels with float atomics (built per mode by opt.deterministic), and only those: its
+    # others do not compile in that mode, as a global wp.config.deterministic would have them
+    mjw_modes = {mode for m, _, mode in launches if m.startswith("mujoco_warp")}
+    assert mjw_modes == {run_to_run, wp.DeterministicMode.NOT_GUARANTEED}
+    assert wp.config.deterministic == wp.DeterministicMode.NOT_GUARANTEED
+    # _initial_grad updates each coordinate of the initial state once per world, in a loop Warp's
+    # static record count misses
+    assert wp.get_module_options("diffsim.rollout")["deterministic_max_records"] >= max(scene.nq, scene.nv)
   finally:
     diffsim.set_deterministic(False)
+  for name in diffsim.scene._DETERMINISTIC_MODULES:
+    assert wp.get_module_options(name)["deterministic"] == wp.DeterministicMode.NOT_GUARANTEED, name
 
 
 def _copy(mjm):
