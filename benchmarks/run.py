@@ -9,6 +9,7 @@ reported as failed and the others still run):
                cart-pole, SO-101 and MJWarp's humanoid (contact-rich)
   determinism  captured forward and gradient time with `set_deterministic` off and on, and whether
                replays are bitwise equal; cart-pole and SO-101 (self-collision) at the largest size
+               (64 worlds on the CPU, where kernels run sequentially and repeat anyway)
   mjx          the same gradient with `jax.grad` through `mjx.step` (needs `diffsim[jax]`, mujoco-mjx)
   trajopt      time to reach a cost threshold per solver (cart-pole swing-up, SO-101 reach); host
                reads, writes, Python launches and graph replays per optimizer iteration
@@ -65,33 +66,62 @@ def main(argv=None) -> dict:
   parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
   parser.add_argument("--determinism-models", nargs="+", default=["cartpole", "so101"],
                       choices=list(bench_rollout.MODELS))
+  parser.add_argument("--determinism-size", type=int, default=None,
+                      help="worlds of the determinism section (default: the largest --sizes on a GPU; 64 on the "
+                           "CPU, whose kernels run sequentially, so the mode changes only the cost measured)")
+  parser.add_argument("--grad-max-worlds", type=int, default=None,
+                      help="rollout section: skip gradients needing more MJWarp worlds (lanes x worlds); "
+                           "default: bench_rollout's (40,000 on the CPU)")
+  parser.add_argument("--mjx-nstep", type=int, default=100,
+                      help="steps of the MJX comparison (default 100, the setting of issue #5's reference times)")
+  parser.add_argument("--update", action="store_true",
+                      help="keep the other sections of an existing <device>.json and replace those run now")
   parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that the suite runs")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
   wp.config.log_level = wp.LOG_WARNING
   if args.quick:
-    args.sizes, args.nstep, args.repeats = [2], 3, 1
+    args.sizes, args.nstep, args.mjx_nstep, args.repeats = [2], 3, 3, 1
   device = (args.device or ("cuda:0" if wp.is_cuda_available() else "cpu")).replace(":", "")
   common = ["--nstep", str(args.nstep), "--repeats", str(args.repeats), "--out", args.out]
   if args.device:
     common += ["--device", args.device]
   sizes = ["--sizes", *map(str, args.sizes)]
-  report = {"argv": sys.argv[1:] if argv is None else list(argv), "sections": {}}
-  md = []
+  this_argv = sys.argv[1:] if argv is None else list(argv)
+  report = {"argv": this_argv, "sections": {}, "argv_by_section": {}}
+  path = os.path.join(args.out, f"{device}.json")
+  if args.update and os.path.exists(path):
+    with open(path) as f:
+      old = json.load(f)
+    report["sections"] = {k: v for k, v in old.get("sections", {}).items() if k not in args.sections}
+    report["argv_by_section"] = {k: old.get("argv_by_section", {}).get(k, old.get("argv"))
+                                 for k in report["sections"]}
   sections = {
-    "rollout": ("bench_rollout", common + sizes + (["--models", "cartpole"] if args.quick else [])),
-    "mjx": ("bench_mjx", common + sizes),
+    "rollout": ("bench_rollout", common + sizes + (["--models", "cartpole"] if args.quick else [])
+                + ([] if args.grad_max_worlds is None else ["--grad-max-worlds", str(args.grad_max_worlds)])),
+    "mjx": ("bench_mjx", ["--nstep", str(args.mjx_nstep)] + common[2:] + sizes),
     "trajopt": ("bench_trajopt", common + (["--quick"] if args.quick else [])),
     "sysid": ("bench_sysid", common + (["--quick"] if args.quick else [])),
   }
   titles = {"rollout": "Rollout and gradient throughput", "determinism": "Determinism", "mjx": "mjx",
             "trajopt": "trajopt", "sysid": "sysid"}
 
+  def markdown() -> list[str]:
+    md = []
+    for name in SECTIONS:
+      if name in report["sections"]:
+        md += [f"## {titles[name]}", "", _text(name, report["sections"][name]), ""]
+        if report.get("errors", {}).get(name):
+          md += [report["errors"][name], ""]
+    return md
+
   for name in SECTIONS:
     if name not in args.sections:
       continue
+    report["argv_by_section"][name] = this_argv
     if name == "determinism":
-      n = max(args.sizes)
+      n = args.determinism_size or (max(args.sizes) if wp.get_device(args.device).is_cuda or args.quick
+                                    else min(64, max(args.sizes)))
       rows, text = [], ""
       for model in args.determinism_models:
         try:
@@ -99,15 +129,26 @@ def main(argv=None) -> dict:
         except Exception:
           text += f"{model} failed:\n```\n{traceback.format_exc()[-2000:]}\n```\n"
         report["sections"][name] = rows
-        _write(args.out, device, report, md + [f"## {titles[name]}", "", bench_rollout.determinism_table(rows)])
-      text = bench_rollout.determinism_table(rows) + ("\n\n" + text if text else "")
+        _write(args.out, device, report, markdown())
+      if text:
+        report.setdefault("errors", {})[name] = text
     else:
       rows, text = _section(*sections[name])
     report["sections"][name] = rows if rows is not None else text
-    md += [f"## {titles[name]}", "", text, ""]
-    _write(args.out, device, report, md)
+    _write(args.out, device, report, markdown())
+  md = markdown()
   print("\n".join(md))
   return report
+
+
+def _text(name: str, rows) -> str:
+  """The Markdown of a section from its rows (or its "skipped: ..." / "failed: ..." note)."""
+  if isinstance(rows, str):
+    return rows
+  if name == "determinism":
+    return bench_rollout.determinism_table(rows)
+  module = {"rollout": "bench_rollout", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid"}[name]
+  return importlib.import_module(f"benchmarks.{module}").table(rows)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,14 @@ def test_benchmark_suite_runs_quick(tmp_path, monkeypatch):
   assert saved["sections"]["determinism"] == det
   md = (tmp_path / "cpu.md").read_text()
   assert "## trajopt" in md and "## mjx\n\nskipped" in md
+  # --update reruns one section and keeps the others, in the report and its Markdown
+  again = run.main(["--quick", "--device", "cpu", "--sections", "determinism", "--determinism-models", "cartpole",
+                    "--update", "--out", str(tmp_path)])
+  assert again["sections"]["trajopt"] == report["sections"]["trajopt"]
+  assert [r["model"] for r in again["sections"]["determinism"]] == ["cartpole"]
+  assert "--update" in again["argv_by_section"]["determinism"] and "--update" not in again["argv_by_section"]["rollout"]
+  md = (tmp_path / "cpu.md").read_text()
+  assert all(f"## {t}" in md for t in ("Rollout", "Determinism", "mjx", "trajopt"))
 
 
 def test_bench_rollout_skips_gradients_beyond_the_world_cap():
