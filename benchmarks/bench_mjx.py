@@ -132,33 +132,43 @@ def diffsim_case(u: np.ndarray, device) -> dict:
   replay_fwd()
   qpos = fwd_traj.qpos.numpy()[:, nstep]  # the replay rewrote the same buffers
 
-  ro = diffsim.Rollout(scene, nstep)
   loss = wp.zeros(1, dtype=float, device=scene.device, requires_grad=True)
 
-  def gradient():
-    loss.zero_()
-    ctrl.grad.zero_()
-    tape = wp.Tape()
-    with tape:
-      traj = ro(ctrl)
-      wp.launch(_final_qpos_loss, dim=(nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
-                device=scene.device)
-    tape.backward(loss)
+  def captured_gradient(ro):
+    """The gradient through `ro`, run eagerly once, then captured; returns (its replay, the gradient)."""
+
+    def gradient():
+      loss.zero_()
+      ctrl.grad.zero_()
+      tape = wp.Tape()
+      with tape:
+        traj = ro(ctrl)
+        wp.launch(_final_qpos_loss, dim=(nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
+                  device=scene.device)
+      tape.backward(loss)
+
+    gradient()
+    wp.synchronize()
+    with wp.ScopedCapture(device=scene.device) as cap:
+      gradient()
+
+    def replay():
+      wp.capture_launch(cap.graph)
+      wp.synchronize_device(scene.device)
+
+    replay()
+    return replay, ctrl.grad.numpy().copy()  # a copy: on the CPU .numpy() is a view of ctrl.grad
 
   t1 = time.perf_counter()
-  gradient()  # eager once: compiles the Jacobian and adjoint kernels
-  wp.synchronize()
+  ro = diffsim.Rollout(scene, nstep)  # central differences, the default
+  replay_grad, grad = captured_gradient(ro)  # the eager call compiles the Jacobian and adjoint kernels
   first_call_s += time.perf_counter() - t1
-  with wp.ScopedCapture(device=scene.device) as grad_cap:
-    gradient()
-
-  def replay_grad():
-    wp.capture_launch(grad_cap.graph)
-    wp.synchronize_device(scene.device)
-
-  replay_grad()
-  return {"grad": ctrl.grad.numpy(), "qpos": qpos, "first_call_s": first_call_s, "device": str(scene.device),
-          "nlane": ro.fd.nlane, "run_grad": replay_grad, "run_fwd": replay_fwd}
+  # forward differences: 1 + nx + nu lanes instead of 1 + 2 (nx + nu), less precise (README, gradient quality)
+  ro_fd = diffsim.Rollout(scene, nstep, central=False)
+  replay_grad_fd, grad_fd = captured_gradient(ro_fd)
+  return {"grad": grad, "grad_fd": grad_fd, "qpos": qpos, "first_call_s": first_call_s, "device": str(scene.device),
+          "nlane": ro.fd.nlane, "nlane_fd": ro_fd.fd.nlane, "run_grad": replay_grad, "run_grad_fd": replay_grad_fd,
+          "run_fwd": replay_fwd}
 
 
 def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
@@ -167,14 +177,15 @@ def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
   ds = diffsim_case(u, device)
   mx = mjx_case(mjm, u)
   # interleaved, so that a load spike from other processes hits both sides alike
-  times = {k: [] for k in ("ds_grad", "mx_grad", "ds_fwd", "mx_fwd")}
+  times = {k: [] for k in ("ds_grad", "mx_grad", "ds_fwd", "mx_fwd", "ds_grad_fd")}
   for _ in range(repeats):
     for key, fn in (("ds_grad", ds["run_grad"]), ("mx_grad", mx["run_grad"]), ("ds_fwd", ds["run_fwd"]),
-                    ("mx_fwd", mx["run_fwd"])):
+                    ("mx_fwd", mx["run_fwd"]), ("ds_grad_fd", ds["run_grad_fd"])):
       times[key].append(_wall(fn))
-  ds["grad_s"], mx["grad_s"], ds["fwd_s"], mx["fwd_s"] = (float(np.median(times[k])) for k in times)
+  ds["grad_s"], mx["grad_s"], ds["fwd_s"], mx["fwd_s"], ds["grad_fd_s"] = (float(np.median(times[k])) for k in times)
   ratio = lambda a, b: float(np.median(np.array(times[a]) / np.array(times[b])))  # per-pair, then median
-  rel = float(np.linalg.norm(ds["grad"] - mx["grad"]) / max(np.linalg.norm(mx["grad"]), 1e-30))
+  err = lambda g: float(np.linalg.norm(g - mx["grad"]) / max(np.linalg.norm(mx["grad"]), 1e-30))
+  rel = err(ds["grad"])
   qpos_err = float(np.abs(ds["qpos"] - mx["qpos"]).max())
   ws = nworld * nstep
   return {
@@ -184,6 +195,8 @@ def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
     "diffsim_fwd_s": ds["fwd_s"], "diffsim_fwd_wsps": ws / ds["fwd_s"], "diffsim_grad_s": ds["grad_s"],
     "grad_ratio": ratio("ds_grad", "mx_grad"), "fwd_ratio": ratio("ds_fwd", "mx_fwd"), "repeats": repeats,
     "grad_rel_err": rel, "final_qpos_max_abs_diff": qpos_err,
+    "nlane_fd": ds["nlane_fd"], "diffsim_grad_fd_s": ds["grad_fd_s"], "grad_fd_ratio": ratio("ds_grad_fd", "mx_grad"),
+    "grad_fd_rel_err": err(ds["grad_fd"]),
     "mjx_first_call_s": mx["first_call_s"], "diffsim_first_call_s": ds["first_call_s"],
     # the issue's times were measured with 100 steps on 2 CPU cores: comparable only in that setting
     "reference_mjx_grad_s": REFERENCE_MJX_GRAD_S.get(nworld) if nstep == 100 and mx["device"] == "cpu" else None,
@@ -192,13 +205,15 @@ def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
 
 def table(rows: list[dict]) -> str:
   head = ("| worlds | steps | MJX fwd (ws/s) | diffsim fwd (ws/s) | MJX grad (s) | diffsim grad (s) | "
-          "diffsim / MJX (grad) | grad rel. err | MJX grad, issue #5 (s) | first call MJX / diffsim (s) |")
-  lines = [head, "|" + "---|" * 10]
+          "diffsim / MJX (grad) | grad rel. err | forward differences: diffsim / MJX (grad), rel. err | "
+          "MJX grad, issue #5 (s) | first call MJX / diffsim (s) |")
+  lines = [head, "|" + "---|" * 11]
   for r in rows:
     ref = r["reference_mjx_grad_s"]
     lines.append(
       f"| {r['nworld']} | {r['nstep']} | {r['mjx_fwd_wsps']:.3g} | {r['diffsim_fwd_wsps']:.3g} | "
       f"{r['mjx_grad_s']:.3g} | {r['diffsim_grad_s']:.3g} | {r['grad_ratio']:.2f} | {r['grad_rel_err']:.1e} | "
+      f"{r['grad_fd_ratio']:.2f}, {r['grad_fd_rel_err']:.1e} | "
       f"{'-' if ref is None else f'{ref:.3g}'} | {r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f} |")
   return "\n".join(lines)
 

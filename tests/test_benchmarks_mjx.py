@@ -22,6 +22,8 @@ def test_bench_mjx_tiny(tmp_path, capsys):
   # both simulators agree on the state and on the gradient
   assert r["final_qpos_max_abs_diff"] < 1e-3
   assert r["grad_rel_err"] < 1e-2
+  # forward differences: 1 + nz lanes, the same gradient to float32 finite-difference precision
+  assert r["nlane_fd"] == 6 and r["diffsim_grad_fd_s"] > 0 and r["grad_fd_rel_err"] < 1e-2
   out = capsys.readouterr().out
   assert "| worlds |" in out and "diffsim / MJX" in out
   payload = json.loads((tmp_path / "mjx_cpu.json").read_text())
