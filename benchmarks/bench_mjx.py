@@ -57,25 +57,11 @@ import warp as wp
 
 import diffsim
 
-from .bench_rollout import _final_qpos_loss, write_json
+from .bench_rollout import _graph, _wall, controls, gradient_fn, write_json
 
 # MJX gradient times measured on 2 CPU cores (issue #5), by world count.
 REFERENCE_MJX_GRAD_S = {1: 6.1e-3, 64: 62e-3, 1024: 1.03}
 REFERENCE_MJX_FWD_WSPS_1024 = 1.7e6
-
-
-def _wall(fn) -> float:
-  """Wall time of one call of `fn()` (s); `fn` waits for its device work."""
-  t = time.perf_counter()
-  fn()
-  return time.perf_counter() - t
-
-
-def controls(mjm: mujoco.MjModel, nworld: int, nstep: int, seed: int = 0) -> np.ndarray:
-  """`(nworld, nstep, nu)` float32 controls in the middle 40% of each control range."""
-  rng = np.random.default_rng(seed)
-  lo, hi = mjm.actuator_ctrlrange.T
-  return (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, mjm.nu))).astype(np.float32)
 
 
 def mjx_case(mjm: mujoco.MjModel, u: np.ndarray) -> dict:
@@ -122,41 +108,17 @@ def diffsim_case(u: np.ndarray, device) -> dict:
   fwd_traj = fwd(ctrl)
   wp.synchronize()
   first_call_s = time.perf_counter() - t0
-  with wp.ScopedCapture(device=scene.device) as fwd_cap:
-    fwd(ctrl)
-
-  def replay_fwd():
-    wp.capture_launch(fwd_cap.graph)
-    wp.synchronize_device(scene.device)
-
-  replay_fwd()
+  replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
+  _wall(replay_fwd)
   qpos = fwd_traj.qpos.numpy()[:, nstep]  # the replay rewrote the same buffers
-
-  loss = wp.zeros(1, dtype=float, device=scene.device, requires_grad=True)
 
   def captured_gradient(ro):
     """The gradient through `ro`, run eagerly once, then captured; returns (its replay, the gradient)."""
-
-    def gradient():
-      loss.zero_()
-      ctrl.grad.zero_()
-      tape = wp.Tape()
-      with tape:
-        traj = ro(ctrl)
-        wp.launch(_final_qpos_loss, dim=(nworld, scene.nq), inputs=[traj.qpos, nstep], outputs=[loss],
-                  device=scene.device)
-      tape.backward(loss)
-
+    gradient = gradient_fn(ro, ctrl)
     gradient()
     wp.synchronize()
-    with wp.ScopedCapture(device=scene.device) as cap:
-      gradient()
-
-    def replay():
-      wp.capture_launch(cap.graph)
-      wp.synchronize_device(scene.device)
-
-    replay()
+    replay = _graph(scene.device, gradient)
+    _wall(replay)
     return replay, ctrl.grad.numpy().copy()  # a copy: on the CPU .numpy() is a view of ctrl.grad
 
   t1 = time.perf_counter()

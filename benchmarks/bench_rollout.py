@@ -88,11 +88,11 @@ def _final_qpos_loss(qpos: wp.array3d[float], nstep: int, loss: wp.array[float])
   wp.atomic_add(loss, 0, qpos[w, nstep, i] * qpos[w, nstep, i])
 
 
-def controls(scene, nworld: int, nstep: int) -> np.ndarray:
-  """`(nworld, nstep, nu)` float32 controls in the middle 40% of each control range (seed 0)."""
-  rng = np.random.default_rng(0)
-  lo, hi = scene.mjm.actuator_ctrlrange.T
-  return (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, scene.nu))).astype(np.float32)
+def controls(mjm, nworld: int, nstep: int, seed: int = 0) -> np.ndarray:
+  """`(nworld, nstep, nu)` float32 controls in the middle 40% of each control range."""
+  rng = np.random.default_rng(seed)
+  lo, hi = mjm.actuator_ctrlrange.T
+  return (lo + (hi - lo) * rng.uniform(0.3, 0.7, (nworld, nstep, mjm.nu))).astype(np.float32)
 
 
 def gradient_fn(ro, ctrl: wp.array):
@@ -141,7 +141,7 @@ def compile_time(model: str, device) -> float:
   its kernels or loads them from `~/.cache/warp`; MJWarp sets up): at 1 world and 2 steps, the
   first call minus a second."""
   scene = diffsim.Scene.from_xml(MODELS[model](), nworld=1, device=device)
-  ctrl = wp.array(controls(scene, 1, 2), dtype=float, device=scene.device, requires_grad=True)
+  ctrl = wp.array(controls(scene.mjm, 1, 2), dtype=float, device=scene.device, requires_grad=True)
   fwd = diffsim.Rollout(scene, 2, differentiable=False)
   gradient = gradient_fn(diffsim.Rollout(scene, 2), ctrl)
 
@@ -160,7 +160,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   import mujoco.rollout
 
   scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device)
-  u = controls(scene, nworld, nstep)
+  u = controls(scene.mjm, nworld, nstep)
   ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
 
   fwd = diffsim.Rollout(scene, nstep, differentiable=False)
@@ -212,7 +212,7 @@ def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats:
     diffsim.set_deterministic(flag)
     try:
       scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device)
-      u = controls(scene, nworld, nstep)
+      u = controls(scene.mjm, nworld, nstep)
       ctrl = wp.array(u, dtype=float, device=scene.device, requires_grad=True)
       fwd = diffsim.Rollout(scene, nstep, differentiable=False)
       traj = fwd(ctrl)  # eager first: compiles

@@ -76,8 +76,8 @@ def _per_world_step(x, name: str, nworld: int, nstep: int, nu: int) -> np.ndarra
     a = a[:, None]
   elif a.ndim == 2 and a.shape == (nstep, nu):
     a = a[None]
-  ok = a.ndim <= 1 and (a.ndim == 0 or a.shape == (nu,)) or a.ndim == 3 and all(
-    d in (1, f) for d, f in zip(a.shape, full)) and a.shape[2] == nu
+  ok = a.ndim == 0 or a.shape == (nu,) or (a.ndim == 3 and a.shape[0] in (1, nworld) and a.shape[1] in (1, nstep)
+                                            and a.shape[2] == nu)
   if not ok:
     raise ValueError(f"{name} must have shape (nworld={nworld}, horizon={nstep}, nu={nu}), or one that broadcasts "
                      f"to it ((nworld, 1, nu), (1, horizon, nu)), (nworld, nu), (horizon, nu), (nu,) or be a "
