@@ -25,20 +25,19 @@ Needs `pip install "jax[cpu]" mujoco-mjx` (diffsim's `jax` extra has JAX, not MJ
 is the newest release and runs with mujoco 4.0). Prints a Markdown table and writes
 `benchmarks/results/mjx_<device>.json` after every row. On a 2-core CPU the default sizes take ~7 minutes.
 
-Where diffsim is slower, and why (2-core CPU, `--device cpu`; figures from two runs on a machine
-shared with other jobs, so absolute times are ~2-4x above issue #5's, ratios less affected):
-  - 1 world: diffsim is faster (0.64-0.72x MJX's time in two runs). Launch overhead dominates
-    both; diffsim's 11 finite-difference lanes ride in the same kernel launches as the nominal one
-    (its gradient cost 2.6-3x its forward), while MJX's reverse mode through a 100-step `scan` cost
-    8-23x its own forward pass.
-  - 64 and 1024 worlds: diffsim is 3-5x slower (64: 2.9x and 5.5x, 1024: 3.4x and 3.1x in two
-    runs). Not because of the adjoint: diffsim's gradient costs ~(1 + 2 nz) = 11 MJWarp steps per
-    step (nz = 2 nv + na + nu = 5 on cart-pole), measured 7-11x its own forward, comparable to or
-    below MJX's gradient / forward ratio (10-25x). It is the forward step itself: MJWarp on the CPU
-    runs 6-10x fewer world-steps/s than MJX at 64-1024 worlds, because Warp runs each CPU kernel
-    launch single-threaded (a loop over the launch's threads) and an MJWarp step is many small
-    launches, whereas XLA fuses MJX's vmapped step into a few vectorized loops and can spread them
-    over both cores. That slower step, times 11 lanes, makes the gradient slower.
+Where diffsim is slower, and why (2-core CPU, `--device cpu`, `benchmarks/results/cpu.md`; a
+machine shared with other jobs, so read the ratios rather than the absolute times): diffsim is
+slower at every size, 1.6x MJX's time at 1 world, 4.3x at 64, 5.5x at 1,024 and 5.0x at 2,048
+(forward differences, `central=False`: 1.2x, 2.5x, 3.0x, 2.7x).
+  - Not the adjoint: diffsim's gradient costs ~(1 + 2 nz) = 11 MJWarp steps per step (nz = 2 nv +
+    na + nu = 5 on cart-pole), measured 10-11x its own forward at 64-2,048 worlds (3x at 1 world,
+    where launch overhead dominates and the lanes ride in the same launches), at or below MJX's
+    own gradient / forward ratio (10-19x in the same run).
+  - It is the forward step itself: MJWarp on the CPU runs 7-9x fewer world-steps/s than MJX,
+    because Warp runs each CPU kernel launch single-threaded (a loop over the launch's threads) and
+    an MJWarp step is many small launches, whereas XLA fuses MJX's vmapped step into a few
+    vectorized loops and can spread them over both cores. That slower step, times 11 lanes, makes
+    the gradient slower.
   - diffsim targets the GPU, where the 11 x nworld lanes of a step run in parallel in one captured
     graph; run this file with `--device cuda:0` there (JAX stays on its own default device, named in
     the `jax_device` field) for the comparison that matters to diffsim's goal.

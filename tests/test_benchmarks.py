@@ -1,7 +1,11 @@
 """The benchmark scripts run at tiny size (speed itself is never asserted in a test)."""
 
 import json
+import os
+import subprocess
 import sys
+
+import pytest
 
 from benchmarks import bench_rollout
 
@@ -74,3 +78,24 @@ def test_bench_rollout_skips_gradients_beyond_the_world_cap():
   assert row["grad_s"] is None and row["grad_over_fwd"] is None and row["nlane"] == 11
   assert row["fwd_captured_wsps"] > 0
   assert "skipped" in bench_rollout.table([row])
+
+
+def test_gpu_check_script_runs_on_cpu_at_tiny_size(tmp_path):
+  # every step of benchmarks/gpu_check.sh (the one GPU run a session may get) with its flags and files,
+  # on the CPU at tiny sizes (SMOKE=1): a renamed flag or file fails here, not on the GPU
+  pytest.importorskip("mujoco.mjx", reason="the mjx step needs mujoco-mjx (the README's test command installs it)")
+  from mujoco import sysid
+
+  if not hasattr(sysid, "optimize"):
+    pytest.skip("the sysid step needs mujoco[sysid] (the README's test command installs it)")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, SMOKE="1", OUT=str(tmp_path), PYTHON=sys.executable)
+  proc = subprocess.run(["bash", os.path.join(root, "benchmarks", "gpu_check.sh")], env=env, capture_output=True,
+                        text=True, timeout=1800)
+  assert proc.returncode == 0 and "failed: none" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
+  for f in ("rollout_cpu.json", "humanoid/rollout_cpu.json", "cpu.json", "mjx_cpu.json", "trajopt_cpu.json",
+            "sysid_cpu.json", "03_so101_reach/reach.png"):
+    assert (tmp_path / f).stat().st_size > 0, f
+  rows = json.loads((tmp_path / "rollout_cpu.json").read_text())["rows"]
+  assert sorted({r["model"] for r in rows}) == ["cartpole", "so101"] and sorted({r["nworld"] for r in rows}) == [1, 2]
+  assert "collected" in (tmp_path / "gpu_tests.txt").read_text()  # the GPU tests exist (collected, not run)

@@ -100,9 +100,10 @@ def reach_problem(*, nworld: int, duration: float, timestep: float | None, seed:
     CtrlRateCost(1e-2),
     QposCost(0.5 * (lo + hi), running=1.0),  # posture: away from the joint limits, arm unfolded
   ]
-  # forward differences: half the perturbation lanes of central ones, accurate enough here
+  # forward differences: half the perturbation lanes of central ones, accurate enough here; the
+  # servo targets start at the start pose, one row per world (nworld, 1, nu) held for every step
   problem = diffsim.TrajectoryProblem(scene, cost, horizon=round(duration / scene.dt), qpos0=qpos0,
-                                      ctrl_init=qpos0, central=False)
+                                      ctrl_init=qpos0[:, None], central=False)
   return problem, targets
 
 
