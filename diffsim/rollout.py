@@ -556,7 +556,8 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   nstep = _check_ctrl(scene, ctrl)
   params = list(params or [])
   differentiate = wp._src.context.runtime.tape is not None
-  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), tuple(sorted(resolve_eps(eps, scene.has_contacts).items())))
+  steps = tuple(sorted(resolve_eps(eps, scene.has_position_constraints).items()))
+  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), steps)
   cache = scene.__dict__.setdefault("_rollouts", {})
   ro = cache.get(key)
   if ro is None:

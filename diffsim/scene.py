@@ -176,6 +176,9 @@ class Scene:
     self.nsensordata = mjm.nsensordata
     self.nx = 2 * mjm.nv + mjm.na
     self.has_contacts = _can_make_contacts(mjm)
+    # constraints on positions with MuJoCo's ~1 mm impedance width (solimp), which a finite-difference
+    # qpos step must stay inside: contacts, equality constraints, joint and tendon limits
+    self.has_position_constraints = self.has_contacts or _has_limits_or_equalities(mjm)
     self.dt = float(mjm.opt.timestep)
     self._nconmax = nconmax
     self._njmax = njmax
@@ -269,6 +272,15 @@ def _can_make_contacts(mjm: mujoco.MjModel) -> bool:
   ct, ca, body = mjm.geom_contype, mjm.geom_conaffinity, mjm.geom_bodyid
   hit = ((ct[:, None] & ca[None, :]) | (ca[:, None] & ct[None, :])) != 0
   return bool((hit & (body[:, None] != body[None, :])).any())
+
+
+def _has_limits_or_equalities(mjm: mujoco.MjModel) -> bool:
+  """Whether equality constraints or joint / tendon limits can be active (MJCF and disable flags)."""
+  off = mjm.opt.disableflags
+  if mjm.neq and not off & mujoco.mjtDisableBit.mjDSBL_EQUALITY:
+    return True
+  limited = bool(mjm.jnt_limited.any()) or bool(mjm.ntendon and mjm.tendon_limited.any())
+  return limited and not off & mujoco.mjtDisableBit.mjDSBL_LIMIT
 
 
 def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:

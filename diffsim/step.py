@@ -418,16 +418,17 @@ def _store_nominal(
     act_out[w, step + 1, i] = act[w, i]
 
 
-# Steps by input group. Larger steps lose less to float32 rounding; but in a model that can make
-# contacts, qpos steps must stay below the ~1 mm width of contact impedance (solimp), or the
-# difference straddles its nonlinearity.
+# Steps by input group. Larger steps lose less to float32 rounding; but in a model with position
+# constraints (contacts, equality constraints, joint or tendon limits), qpos steps must stay below
+# the ~1 mm width of the constraint impedance (solimp), or the difference straddles its nonlinearity.
 DEFAULT_EPS = {"qpos": 1e-3, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
-CONTACT_QPOS_EPS = 1e-4
+CONSTRAINT_QPOS_EPS = 1e-4
 
 
-def resolve_eps(eps, has_contacts: bool = False) -> dict[str, float]:
-  """Finite-difference steps by input group from a float, a dict, or `None` (defaults)."""
-  defaults = {**DEFAULT_EPS, "qpos": CONTACT_QPOS_EPS if has_contacts else DEFAULT_EPS["qpos"]}
+def resolve_eps(eps, position_constraints: bool = False) -> dict[str, float]:
+  """Finite-difference steps by input group from a float, a dict, or `None` (defaults); the
+  default qpos step is `CONSTRAINT_QPOS_EPS` in a model with `position_constraints`."""
+  defaults = {**DEFAULT_EPS, "qpos": CONSTRAINT_QPOS_EPS if position_constraints else DEFAULT_EPS["qpos"]}
   if eps is None:
     return defaults
   if isinstance(eps, dict):
@@ -456,8 +457,9 @@ class FiniteDifferenceStep:
       states and parameters only, as system identification needs.
     eps: step of each input group, a float for all or a dict with keys `"qpos"` (m or rad, in the
       tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
-      `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONTACT_QPOS_EPS` in models that
-      can make contacts; see the README's note on gradient quality).
+      `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONSTRAINT_QPOS_EPS` in models
+      with contacts, equality constraints or joint / tendon limits; see the README's note on
+      gradient quality).
     directions: `m > 0` selects forward mode (see the module docstring): `m` tangent directions, the
       first `nparam` of which also move their parameter; `step` and `sense` then propagate tangents
       instead of forming Jacobians (`nlane = 1 + m` forward, `1 + 2 m` central). A parameter
@@ -479,7 +481,7 @@ class FiniteDifferenceStep:
     self.differentiable = differentiable
     self.central = bool(central)
     self.ctrl_jacobian = bool(ctrl_jacobian) and not self.ndir
-    self.eps = resolve_eps(eps, scene.has_contacts)
+    self.eps = resolve_eps(eps, scene.has_position_constraints)
     coord = [-1]
     sign = [0.0]
     first = np.full(self.nz, -1, np.int32)  # first lane of each coordinate, -1: column not formed

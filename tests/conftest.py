@@ -33,5 +33,10 @@ def rolling_ball():
 
 
 @pytest.fixture(scope="session")
+def constrained():
+  return diffsim.Scene.from_xml(models.CONSTRAINED, nworld=2, device=DEVICE)
+
+
+@pytest.fixture(scope="session")
 def so101():
   return diffsim.Scene.from_xml(models.so101_spec(), nworld=1, device=DEVICE)

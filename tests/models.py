@@ -103,3 +103,43 @@ PENDULUM = """
   </sensor>
 </mujoco>
 """
+
+
+# Constraints without contacts: a four-bar-like loop closed by a `connect` equality, a hinge with a
+# limit and a first-order (filter) actuator, so the state has an activation (na = 1).
+CONSTRAINED = """
+<mujoco model="constrained">
+  <compiler angle="radian"/>
+  <option timestep="0.005"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="a1" pos="0 0 1">
+      <joint name="ja1" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.4"/>
+      <body name="a2" pos="0.3 0 0">
+        <joint name="ja2" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.02" mass="0.3"/>
+      </body>
+    </body>
+    <body name="b1" pos="0.4 0 1">
+      <joint name="jb1" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.02" mass="0.3"/>
+    </body>
+    <body name="arm" pos="0 0 2">
+      <joint name="limited" type="hinge" axis="0 1 0" range="-0.5 0.5"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.3"/>
+    </body>
+  </worldbody>
+  <equality>
+    <connect body1="a2" body2="b1" anchor="0 0 -0.3"/>
+  </equality>
+  <actuator>
+    <motor name="drive" joint="ja1"/>
+    <general name="filtered" joint="limited" dyntype="filter" dynprm="0.05" gainprm="1"/>
+  </actuator>
+  <sensor>
+    <jointpos name="jb1" joint="jb1"/>
+    <jointlimitfrc name="limit_force" joint="limited"/>
+  </sensor>
+</mujoco>
+"""
