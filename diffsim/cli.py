@@ -76,7 +76,7 @@ def _add_sysid(sub) -> None:
                  help="LM's residual Jacobian: step Jacobians propagated forward (default), or forward mode with "
                       "a lane per parameter (faster with few parameters, less precise on constrained models)")
   p.add_argument("--iters", type=int, default=30, help="maximum iterations (default 30)")
-  p.add_argument("--lr", type=float, default=0.05, help="Adam step, relative to each parameter (default 0.05)")
+  p.add_argument("--lr", type=float, default=None, help="Adam step, relative to each parameter (default 0.05)")
   p.add_argument("--shooting", type=int, default=None, metavar="K",
                  help="multiple shooting: restart from the measured state every K samples")
   p.add_argument("--starts", type=int, default=1, help="initial guesses solved in parallel worlds (default 1)")
@@ -101,6 +101,9 @@ def _run_sysid(args) -> int:
   if args.iters < 0 or args.starts < 1:
     print("diffsim sysid: error: --iters must be >= 0 and --starts >= 1", file=sys.stderr)
     return 2
+  if args.lr is not None and args.solver != "adam":
+    print("diffsim sysid: error: --lr is Adam's step size; add --solver adam, or drop --lr", file=sys.stderr)
+    return 2
   try:
     import warp as wp
 
@@ -110,8 +113,8 @@ def _run_sysid(args) -> int:
       warnings.simplefilter("always", sysid.IdentifiabilityWarning)
       res = sysid.identify(
         args.model, list(args.data), args.params, bounds=dict(args.bounds), weights=dict(args.weight),
-        normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters, lr=args.lr,
-        shooting=args.shooting,
+        normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters,
+        **({} if args.lr is None else {"lr": args.lr}), shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample, fit_qpos0=args.fit_qpos0, device=args.device,
         out=args.out, plots=not args.no_plots, progress=not args.quiet)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,

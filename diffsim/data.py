@@ -37,7 +37,13 @@ Sampling: sample times must be multiples of the model timestep `dt` after `time[
 50 Hz recording of a model with `timestep=0.002` is simulated with 10 steps per row; rows may be
 irregular as long as each interval is a multiple of `dt`). Other recordings can be put on such a
 grid with `resample` (CLI: `--resample`), which interpolates measurements linearly and holds
-controls. Sensor rows follow `mj_step`: the sensors of row `k` are those MuJoCo computes from the
+controls. One interval may span at most `MAX_STEPS_PER_SAMPLE` (500) model steps (1 s at
+`timestep=0.002`): times in milliseconds instead of seconds give 1000 times the true count,
+at least 1000, and would make identification run for hours, so validation refuses them. Data
+that really are this sparse pass with `max_steps_per_sample=N` (`load`, `validate`) or
+`diffsim.data.MAX_STEPS_PER_SAMPLE = N` (which `diffsim.sysid.identify` also follows).
+
+Sensor rows follow `mj_step`: the sensors of row `k` are those MuJoCo computes from the
 state of row `k` with `ctrl[k]`. To record with MuJoCo C (or use `simulate`):
 
   for k in range(T):
@@ -61,10 +67,14 @@ import mujoco
 import numpy as np
 
 __all__ = ["Recording", "DataError", "load", "load_npz", "load_csv", "save_npz", "save_csv", "validate",
-           "resample", "sim_steps", "simulate", "estimate_qvel"]
+           "resample", "sim_steps", "simulate", "estimate_qvel", "MAX_STEPS_PER_SAMPLE", "initial_state_warning"]
 
 _KINDS = ("qpos", "qvel", "sensordata")  # measured signals, in residual order
 _TIME_RTOL = 1e-4  # sample times may deviate from the dt grid by this fraction of dt (float round-off)
+# Most model steps one sample interval may span (`validate`'s `max_steps_per_sample` default). Times
+# logged in ms give 1000x the true count, >= 1000, so the limit is below that: 500 steps is 1 s at
+# timestep 0.002 (sparser than identification data usually are). Raise it for data that really are sparse.
+MAX_STEPS_PER_SAMPLE = 500
 
 
 class DataError(ValueError):
@@ -233,7 +243,26 @@ def sim_steps(time: np.ndarray, dt: float, *, source: str = "recording") -> np.n
   return n
 
 
-def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_grid: bool = False) -> Recording:
+def _check_steps_per_sample(rec: Recording, dt: float, limit: int | None) -> None:
+  """Refuses a sample interval of more than `limit` model steps (e.g. times in ms, not s)."""
+  limit = MAX_STEPS_PER_SAMPLE if limit is None else limit
+  if not (isinstance(limit, (int, np.integer)) and limit >= 1):
+    raise ValueError(f"max_steps_per_sample must be a positive integer, got {limit!r}")
+  steps = np.rint(np.diff(rec.time) / dt)
+  i = int(np.argmax(steps)) + 1
+  if steps[i - 1] <= limit:
+    return
+  total = int(round((rec.time[-1] - rec.time[0]) / dt))
+  raise DataError(
+    f"{rec.source}: sample interval time[{i}] - time[{i - 1}] = {rec.time[i] - rec.time[i - 1]:.9g} s is "
+    f"{int(steps[i - 1]):,} model steps of {dt:.9g} s (the limit is {limit:,} per interval; the {rec.nrow} rows would "
+    f"take {total:,} simulation steps). Is 'time' in milliseconds? It must be in seconds: divide it by 1000. If the "
+    f"samples really are this far apart, raise the limit: max_steps_per_sample=N in diffsim.data.load/validate, or "
+    f"diffsim.data.MAX_STEPS_PER_SAMPLE = N")
+
+
+def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_grid: bool = False,
+             max_steps_per_sample: int | None = None) -> Recording:
   """Checks a recording; returns it (resampled onto the model's step grid if asked).
 
   Args:
@@ -241,14 +270,17 @@ def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_g
     mjm: the model; without it only model-independent checks run.
     resample_to_grid: when the sample times are not multiples of the model timestep, resample
       (see `resample`) instead of raising.
+    max_steps_per_sample: most model steps one sample interval may span (default
+      `MAX_STEPS_PER_SAMPLE`, 500): a guard against times in milliseconds.
 
   Raises:
     DataError: naming the problem (NaN/Inf, non-increasing time, lengths or column counts that
-      disagree, sample times off the timestep grid) and how to fix it.
+      disagree, sample times off the timestep grid or implausibly far apart) and how to fix it.
   """
   _check_structure(rec)
   if mjm is None:
     return rec
+  _check_steps_per_sample(rec, float(mjm.opt.timestep), max_steps_per_sample)
   if resample_to_grid:
     try:
       sim_steps(rec.time, float(mjm.opt.timestep), source=rec.source)
@@ -273,7 +305,8 @@ def _model(model) -> mujoco.MjModel | None:
   return _load_mjmodel(model)
 
 
-def load(path, model=None, *, resample_to_grid: bool = False) -> list[Recording]:
+def load(path, model=None, *, resample_to_grid: bool = False,
+         max_steps_per_sample: int | None = None) -> list[Recording]:
   """Loads and validates recordings from an `.npz` or `.csv` file.
 
   Args:
@@ -281,6 +314,7 @@ def load(path, model=None, *, resample_to_grid: bool = False) -> list[Recording]
     model: MJCF path or string, `mujoco.MjModel` or `Scene`; needed for CSV (column names) and
       for the model checks. Without it, only model-independent checks run (NPZ only).
     resample_to_grid: resample recordings whose times are off the model timestep grid.
+    max_steps_per_sample: most model steps one sample interval may span (see `validate`).
 
   Returns:
     A list of `Recording`s.
@@ -298,7 +332,8 @@ def load(path, model=None, *, resample_to_grid: bool = False) -> list[Recording]
     recs = [load_csv(path, mjm)]
   else:
     raise DataError(f"{path}: unknown data format {ext!r}; use .npz (numpy.savez) or .csv (see diffsim.data)")
-  return [validate(r, mjm, resample_to_grid=resample_to_grid) for r in recs]
+  return [validate(r, mjm, resample_to_grid=resample_to_grid, max_steps_per_sample=max_steps_per_sample)
+          for r in recs]
 
 
 def load_npz(path) -> list[Recording]:
@@ -353,6 +388,10 @@ def _atomic_write(path: str, write) -> None:
   try:
     with os.fdopen(fd, "wb") as f:
       write(f)
+    # mkstemp makes the file private (0600); give it the mode a plain open() would (umask applied)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -424,6 +463,14 @@ def _columns(mjm: mujoco.MjModel) -> dict[str, tuple[str, int]]:
   return cols
 
 
+def _is_number(text: str) -> bool:
+  try:
+    float(text)
+  except ValueError:
+    return False
+  return True
+
+
 def load_csv(path, mjm: mujoco.MjModel) -> Recording:
   """Reads a CSV file with a header naming columns by MuJoCo names (see the module docstring)."""
   path = os.fspath(path)
@@ -433,6 +480,10 @@ def load_csv(path, mjm: mujoco.MjModel) -> Recording:
   if not header:
     raise DataError(f"{name}: empty CSV file; expected a header row such as 'time,ctrl:<actuator>,qpos:<joint>'")
   header = [h.strip() for h in header]
+  if any(header) and all(_is_number(h) for h in header if h):
+    raise DataError(f"{name}: the first row ({','.join(header[:4])}{',...' if len(header) > 4 else ''}) holds numbers, "
+                    "not column names; the CSV needs a header row naming its columns: 'time', then joint, actuator "
+                    "and sensor names, e.g. 'time,ctrl:<actuator>,qpos:<joint>,sensor:<sensor>' (see diffsim.data)")
   try:
     values = np.genfromtxt(path, delimiter=",", skip_header=1, dtype=np.float64, ndmin=2,
                            invalid_raise=True)
@@ -519,6 +570,25 @@ def save_csv(path, rec: Recording, mjm: mujoco.MjModel) -> None:
     np.savetxt(f, table, delimiter=",", fmt="%.17g")
 
   _atomic_write(path, write)
+
+
+def initial_state_warning(rec: Recording) -> str | None:
+  """Why `rec`'s initial position is unknown and how to give it, for its source; `None` if known.
+
+  A recording without `qpos` or `qpos0` starts from the model's `qpos0` at rest (`sysid.identify`
+  warns). The advice fits where it came from: a CSV has no place for the initial state.
+  """
+  if rec.qpos is not None or rec.qpos0 is not None:
+    return None
+  src = rec.source
+  msg = f"{src}: neither qpos nor qpos0, so its initial state is the model's qpos0 at rest; "
+  kind = re.search(r"\.(csv|npz)(\[\d+\])?( \(|$)", src, re.IGNORECASE)
+  if kind and kind.group(1).lower() == "csv":
+    return msg + ("a CSV cannot hold an initial state: add the qpos:<joint> columns, or convert it to .npz with "
+                  "the keys 'qpos0', 'qvel0' (set them on diffsim.data.load_csv's result, then save_npz)")
+  if kind:
+    return msg + "add the keys 'qpos0' and 'qvel0' to the .npz"
+  return msg + "give it as Recording(qpos0=..., qvel0=...)"
 
 
 # -- resampling and estimation ----------------------------------------------------------------------

@@ -117,19 +117,24 @@ def plot_params(path, x: np.ndarray, labels, *, std: np.ndarray | None = None, t
   return save_png(fig, path)
 
 
-def sysid_plots(result, out, *, max_recordings: int = 3, truth: dict | None = None) -> dict[str, str]:
+MAX_SIGNAL_PLOTS = 3  # recordings whose signals sysid_plots draws, at most
+# every file sysid_plots can write (SysIdResult.save removes an earlier run's that a later one did not redraw)
+PLOT_FILES = ("signals.png",) + tuple(f"signals_{i}.png" for i in range(1, MAX_SIGNAL_PLOTS)) + ("cost.png", "params.png")
+
+
+def sysid_plots(result, out, *, max_recordings: int = MAX_SIGNAL_PLOTS, truth: dict | None = None) -> dict[str, str]:
   """Writes `signals[_i].png`, `cost.png` and `params.png` for a `SysIdResult` into folder `out`.
 
   Args:
     result: a `diffsim.sysid.SysIdResult`.
     out: folder.
-    max_recordings: plot the signals of at most this many recordings.
+    max_recordings: plot the signals of at most this many recordings (at most `MAX_SIGNAL_PLOTS`).
     truth: `{name: value}` reference values drawn in `params.png`.
   """
   p = result._plot
   files = {}
   recs = p["recs"]
-  for i, rec in enumerate(recs[:max_recordings]):
+  for i, rec in enumerate(recs[:min(max_recordings, MAX_SIGNAL_PLOTS)]):
     name = "signals.png" if i == 0 else f"signals_{i}.png"
     files[f"signals{'' if i == 0 else '_' + str(i)}"] = plot_signals(
       os.path.join(out, name), p["mjm"], rec, p["before"][i], p["after"][i],

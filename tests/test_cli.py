@@ -134,3 +134,34 @@ def test_failed_write_after_the_solve_exits_3(files, capsys, monkeypatch):
   assert captured.out.startswith("sysid ") and "dof_damping:hinge = " in captured.out
   assert "writing" in captured.err and "disk full" in captured.err
   assert os.listdir(out) == ["params.json"]  # written before model.xml failed
+
+
+def test_outputs_that_are_refused_before_the_solve(files, capsys):
+  # --out next to an input named model.xml would replace it with the identified model
+  folder = files / "inplace"
+  folder.mkdir()
+  (folder / "model.xml").write_text(GUESS)
+  common = [str(files / "run0.npz"), "--param", "dof_damping:hinge", "--device", "cpu", "--quiet"]
+  assert cli.main(["sysid", str(folder / "model.xml"), *common, "--out", str(folder)]) == 2
+  assert "would overwrite the input model" in capsys.readouterr().err
+  assert (folder / "model.xml").read_text() == GUESS and os.listdir(folder) == ["model.xml"]
+  (files / "afile").write_text("mine")
+  assert cli.main(["sysid", str(files / "pendulum.xml"), *common, "--out", str(files / "afile")]) == 2
+  assert "is a file, not a folder" in capsys.readouterr().err
+  assert cli.main(["sysid", str(files / "pendulum.xml"), *common, "--lr", "0.1", "--out", str(files / "lr")]) == 2
+  assert "--lr is Adam's step size" in capsys.readouterr().err
+  assert not (files / "lr").exists()
+
+
+def test_a_rerun_leaves_no_plots_of_the_earlier_run(files, capsys):
+  out = files / "rerun"
+  base = ["sysid", str(files / "pendulum.xml"), "--param", "dof_damping:hinge", "--device", "cpu", "--iters", "3",
+          "--quiet", "--out", str(out)]
+  assert cli.main([*base[:2], str(files / "run0.npz"), str(files / "run1.npz"), *base[2:]]) in (0, 1)
+  (out / "notes.txt").write_text("mine")
+  assert {"signals.png", "signals_1.png"} <= set(os.listdir(out))
+  assert cli.main([*base[:2], str(files / "run0.npz"), *base[2:]]) in (0, 1)  # one recording: no signals_1.png
+  assert set(os.listdir(out)) == {"params.json", "model.xml", "signals.png", "cost.png", "params.png", "notes.txt"}
+  assert cli.main([*base[:2], str(files / "run0.npz"), *base[2:], "--no-plots"]) in (0, 1)
+  assert set(os.listdir(out)) == {"params.json", "model.xml", "notes.txt"}
+  capsys.readouterr()

@@ -58,6 +58,19 @@ def test_npz_roundtrip_single_and_batched(tmp_path, mjm, rec):
   np.testing.assert_array_equal(recs[1].qpos, rec.qpos + 1.0)
 
 
+def test_saved_files_get_the_usual_permissions(tmp_path, rec):
+  # written through a private temporary file and a rename, yet readable as a plain open() would make it
+  import os
+
+  umask = os.umask(0o022)
+  try:
+    D.save_npz(tmp_path / "r.npz", rec)
+  finally:
+    os.umask(umask)
+  assert (tmp_path / "r.npz").stat().st_mode & 0o777 == 0o644
+  assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
 def test_csv_roundtrip_with_names(tmp_path, mjm, rec):
   p = tmp_path / "rec.csv"
   D.save_csv(p, rec, mjm)
@@ -183,6 +196,65 @@ def test_validation_errors(mjm, rec, change, message):
   assert "test.npz" in str(e.value)  # the message names the source
 
 
+def test_millisecond_times_are_refused(tmp_path, monkeypatch, mjm, rec):
+  # 0.02 s samples logged as 20 "s": 2,000 steps of 0.01 s per row; the fit would seem to hang
+  ms = _copy(rec, time=rec.time * 1000)
+  message = (r"test.npz: sample interval time\[1\] - time\[0\] = 20 s is 2,000 model steps of 0.01 s \(the limit is "
+             r"500 per interval; the 40 rows would take 78,000 simulation steps\)\. Is 'time' in milliseconds\? .*"
+             r"divide it by 1000\. .*max_steps_per_sample=N in diffsim.data.load/validate")
+  with pytest.raises(D.DataError, match=message):
+    D.validate(ms, mjm)
+  with pytest.raises(D.DataError, match=r"in milliseconds"):  # refused before resampling, not after
+    D.validate(ms, mjm, resample_to_grid=True)
+  # one step per sample, the case a limit of 1000 would miss: in ms it is exactly 1000 steps
+  with pytest.raises(D.DataError, match=r"= 10 s is 1,000 model steps"):
+    D.validate(_copy(rec, time=np.arange(rec.nrow) * 0.01 * 1000), mjm)
+  # up to the limit passes; sparse data pass with a higher limit (keyword or module default)
+  D.validate(_copy(rec, time=np.arange(rec.nrow) * 0.01 * D.MAX_STEPS_PER_SAMPLE), mjm)
+  assert D.validate(ms, mjm, max_steps_per_sample=2000) is ms
+  with pytest.raises(ValueError, match="max_steps_per_sample must be a positive integer"):
+    D.validate(ms, mjm, max_steps_per_sample=0)
+  p = tmp_path / "ms.npz"
+  D.save_npz(p, ms)
+  with pytest.raises(D.DataError, match=r"ms.npz: sample interval .* in milliseconds"):
+    D.load(p, mjm)
+  (r,) = D.load(p, mjm, max_steps_per_sample=2000)
+  np.testing.assert_array_equal(r.time, ms.time)
+  monkeypatch.setattr(D, "MAX_STEPS_PER_SAMPLE", 2000)
+  D.validate(ms, mjm)
+
+
+def test_csv_without_header(tmp_path, mjm, rec):
+  # numbers only: the first row used to be read as column names ("duplicate column(s) ['0']")
+  p = tmp_path / "noheader.csv"
+  D.save_csv(p, rec, mjm)
+  lines = open(p).read().splitlines(keepends=True)
+  p.write_text("".join(lines[1:]))
+  with pytest.raises(D.DataError, match=r"noheader.csv: the first row \(0,0,0.2\d*,0,\.\.\.\) holds numbers, not column "
+                                        r"names; the CSV needs a header row naming its columns: 'time', then joint"):
+    D.load(p, mjm)
+
+
+def test_initial_state_warning_fits_the_source(tmp_path, mjm, rec):
+  # sensors only, no initial state: the advice must be one the user can follow for that kind of file
+  sensors = _copy(rec, qpos=None, qvel=None)
+  in_memory = D.Recording(time=rec.time, ctrl=rec.ctrl, sensordata=rec.sensordata)
+  assert D.initial_state_warning(in_memory).endswith("give it as Recording(qpos0=..., qvel0=...)")
+  D.save_csv(tmp_path / "s.csv", sensors, mjm)
+  (r,) = D.load(tmp_path / "s.csv", mjm)
+  msg = D.initial_state_warning(r)
+  assert msg.startswith("s.csv: neither qpos nor qpos0")
+  assert "a CSV cannot hold an initial state: add the qpos:<joint> columns, or convert it to .npz with the keys " \
+         "'qpos0', 'qvel0'" in msg and "Recording(" not in msg
+  (r,) = D.load(tmp_path / "s.csv", mjm, resample_to_grid=True)  # the source names the file, then the resampling
+  assert "a CSV cannot" in D.initial_state_warning(D.resample(r, 0.04))
+  D.save_npz(tmp_path / "s.npz", [sensors, sensors])
+  r = D.load(tmp_path / "s.npz", mjm)[1]
+  assert D.initial_state_warning(r).endswith("add the keys 'qpos0' and 'qvel0' to the .npz")
+  assert D.initial_state_warning(_copy(sensors, qpos0=[0.2])) is None
+  assert D.initial_state_warning(rec) is None
+
+
 def test_npz_errors(tmp_path, mjm, rec):
   p = tmp_path / "bad.npz"
   np.savez(p, time=rec.time, ctrl=rec.ctrl, qpos=rec.qpos, velocity=rec.qvel)
@@ -246,6 +318,8 @@ def test_identify_rejects_bad_data_before_any_kernel(monkeypatch, mjm, rec):
   bad = _copy(rec, qpos=np.where(np.arange(rec.nrow)[:, None] == 3, np.nan, rec.qpos))
   with pytest.raises(D.DataError, match="NaN/Inf"):
     sysid.identify(PENDULUM, bad, ["dof_damping:hinge"], device="cpu")
+  with pytest.raises(D.DataError, match="in milliseconds"):  # not a ~78,000-step rollout
+    sysid.identify(PENDULUM, _copy(rec, time=rec.time * 1000), ["dof_damping:hinge"], device="cpu")
   with pytest.raises(KeyError, match=r"no joint named 'nope' in the model; joints are: \['hinge'\]"):
     sysid.identify(PENDULUM, rec, ["dof_damping:nope"], device="cpu")
   with pytest.raises(ValueError, match=r"initial guess \(MJCF value \[0.05\]\) lies outside the bounds"):
