@@ -86,6 +86,9 @@ def _add_sysid(sub) -> None:
                       "initial velocities are always solved for")
   p.add_argument("--resample", action="store_true",
                  help="resample recordings whose sample times are not multiples of the model timestep")
+  p.add_argument("--max-steps-per-sample", type=int, default=None, metavar="N",
+                 help="most model steps between two samples (default 500; longer intervals are refused as "
+                      "likely times in milliseconds)")
   p.add_argument("--device", default=None, help="Warp device: cpu, cuda, cuda:N (default: cuda if available)")
   p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
   p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -115,7 +118,8 @@ def _run_sysid(args) -> int:
         args.model, list(args.data), args.params, bounds=dict(args.bounds), weights=dict(args.weight),
         normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters,
         **({} if args.lr is None else {"lr": args.lr}), shooting=args.shooting,
-        starts=args.starts, seed=args.seed, resample=args.resample, fit_qpos0=args.fit_qpos0, device=args.device,
+        starts=args.starts, seed=args.seed, resample=args.resample,
+        max_steps_per_sample=args.max_steps_per_sample, fit_qpos0=args.fit_qpos0, device=args.device,
         out=args.out, plots=not args.no_plots, progress=not args.quiet)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,
           NotImplementedError, FloatingPointError) as e:

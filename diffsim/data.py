@@ -40,8 +40,8 @@ grid with `resample` (CLI: `--resample`), which interpolates measurements linear
 controls. One interval may span at most `MAX_STEPS_PER_SAMPLE` (500) model steps (1 s at
 `timestep=0.002`): times in milliseconds instead of seconds give 1000 times the true count,
 at least 1000, and would make identification run for hours, so validation refuses them. Data
-that really are this sparse pass with `max_steps_per_sample=N` (`load`, `validate`) or
-`diffsim.data.MAX_STEPS_PER_SAMPLE = N` (which `diffsim.sysid.identify` also follows).
+that really are this sparse pass with `max_steps_per_sample=N` (`load`, `validate`,
+`diffsim.sysid.identify`; CLI: `--max-steps-per-sample N`).
 
 Sensor rows follow `mj_step`: the sensors of row `k` are those MuJoCo computes from the
 state of row `k` with `ctrl[k]`. To record with MuJoCo C (or use `simulate`):
@@ -257,8 +257,8 @@ def _check_steps_per_sample(rec: Recording, dt: float, limit: int | None) -> Non
     f"{rec.source}: sample interval time[{i}] - time[{i - 1}] = {rec.time[i] - rec.time[i - 1]:.9g} s is "
     f"{int(steps[i - 1]):,} model steps of {dt:.9g} s (the limit is {limit:,} per interval; the {rec.nrow} rows would "
     f"take {total:,} simulation steps). Is 'time' in milliseconds? It must be in seconds: divide it by 1000. If the "
-    f"samples really are this far apart, raise the limit: max_steps_per_sample=N in diffsim.data.load/validate, or "
-    f"diffsim.data.MAX_STEPS_PER_SAMPLE = N")
+    f"samples really are this far apart, raise the limit: max_steps_per_sample=N in diffsim.data.load/validate "
+    f"and diffsim.sysid.identify, or --max-steps-per-sample N on the command line")
 
 
 def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_grid: bool = False,

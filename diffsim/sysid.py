@@ -441,18 +441,19 @@ def _labels(params: Sequence[Param], mjm) -> list[str]:
 # -- the problem ------------------------------------------------------------------------------------
 
 
-def _as_recordings(data, mjm, resample_to_grid: bool) -> list[_data.Recording]:
+def _as_recordings(data, mjm, resample_to_grid: bool, max_steps_per_sample: int | None = None) -> list[_data.Recording]:
   items = data if isinstance(data, (list, tuple)) else [data]
   if not items:
     raise ValueError("no recorded data given")
   recs = []
+  kw = dict(resample_to_grid=resample_to_grid, max_steps_per_sample=max_steps_per_sample)
   for it in items:
     if isinstance(it, _data.Recording):
-      recs.append(_data.validate(it, mjm, resample_to_grid=resample_to_grid))
+      recs.append(_data.validate(it, mjm, **kw))
     elif isinstance(it, dict):
-      recs.append(_data.validate(_data.Recording(**it), mjm, resample_to_grid=resample_to_grid))
+      recs.append(_data.validate(_data.Recording(**it), mjm, **kw))
     elif isinstance(it, (str, os.PathLike)):
-      recs.extend(_data.load(it, mjm, resample_to_grid=resample_to_grid))
+      recs.extend(_data.load(it, mjm, **kw))
     else:
       raise TypeError(f"data must be paths, diffsim.data.Recording objects or dicts of arrays, got {type(it).__name__}")
   return recs
@@ -1445,7 +1446,7 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
              normalize: bool = True, solver: str = "lm", iters: int = 30, shooting: int | None = None,
              starts=1, spread: float = 1.0, seed: int = 0, x0: dict | None = None, lr: float = 0.05,
              ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "forward", resample: bool = False,
-             fit_qvel0: bool | None = None, fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
+             max_steps_per_sample: int | None = None, fit_qvel0: bool | None = None, fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
              central: bool = False, eps: float | dict | None = None,
              out=None, plots: bool = True, progress: bool = False, callback: Callable | None = None) -> SysIdResult:
   """Identifies model parameters from recorded trajectories.
@@ -1480,6 +1481,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
       mode: a lane per column of the Jacobian; fewer lanes, less precise, see the module docstring)
       or `"tape"` (reverse mode, one backward pass per residual block: for checks; much slower).
     resample: resample recordings whose sample times are off the timestep grid instead of failing.
+    max_steps_per_sample: most model steps one sample interval may span (default
+      `diffsim.data.MAX_STEPS_PER_SAMPLE`, 500): longer intervals are refused as likely times in
+      milliseconds; raise it for recordings that really are this sparse.
     fit_qvel0: solve for the initial velocity of each world (recording, or shooting segment) together
       with the parameters, starting from a finite-difference estimate from `qpos`. `None` (default):
       for worlds whose initial velocity is not measured (no `qvel`, no `qvel0`); `True`: for all
@@ -1519,7 +1523,7 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   if isinstance(model, (str, os.PathLike)) and not str(model).lstrip().startswith("<"):
     source = os.path.abspath(os.fspath(model))
   mjm = copy_mjmodel(model) if isinstance(model, mujoco.MjModel) else _load_mjmodel(source)
-  recs = _as_recordings(data, mjm, resample)
+  recs = _as_recordings(data, mjm, resample, max_steps_per_sample)
   bounds = dict(bounds or {})
   plist = [parse_param(p, bounds) for p in ([params] if isinstance(params, (str, Param)) else params)]
   unknown = sorted(set(bounds) - {p.name for p in plist})

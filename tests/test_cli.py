@@ -165,3 +165,17 @@ def test_a_rerun_leaves_no_plots_of_the_earlier_run(files, capsys):
   assert cli.main([*base[:2], str(files / "run0.npz"), *base[2:], "--no-plots"]) in (0, 1)
   assert set(os.listdir(out)) == {"params.json", "model.xml", "notes.txt"}
   capsys.readouterr()
+
+
+def test_times_in_milliseconds_are_refused(files, capsys):
+  rec = D.load_npz(files / "run0.npz")[0]
+  rec.time = rec.time * 1000  # 10 "s" per row: 1,000 steps of 0.01 s
+  D.save_npz(files / "ms.npz", rec)
+  args = ["sysid", str(files / "pendulum.xml"), str(files / "ms.npz"), "--param", "dof_damping:hinge", "--quiet",
+          "--device", "cpu", "--out", str(files / "ms_out")]
+  assert cli.main(args) == 2
+  err = capsys.readouterr().err
+  assert "1,000 model steps" in err and "in milliseconds" in err and "--max-steps-per-sample" in err
+  assert cli.main([*args, "--max-steps-per-sample", "0"]) == 2  # the limit itself is checked
+  assert "max_steps_per_sample must be a positive integer" in capsys.readouterr().err
+  assert not (files / "ms_out").exists()
