@@ -155,6 +155,10 @@ class Scene:
     device: Warp device.
     nq, nv, na, nu, nsensordata: sizes from `mjm`.
     nx: tangent state size `2 * nv + na` (qpos perturbed in the tangent space).
+    dt: timestep (s).
+    has_contacts: whether two geoms can collide (contact not disabled).
+    has_position_constraints: contacts, equality constraints or joint / tendon limits, whose
+      ~1 mm impedance width sets the default finite-difference qpos step (`diffsim.step`).
   """
 
   def __init__(self, mjm: mujoco.MjModel, *, nworld: int, device=None, solver: SolverSettings | None = None,
