@@ -119,7 +119,7 @@ def plot_params(path, x: np.ndarray, labels, *, std: np.ndarray | None = None, t
 
 MAX_SIGNAL_PLOTS = 3  # recordings whose signals sysid_plots draws, at most
 # every file sysid_plots can write (SysIdResult.save removes an earlier run's that a later one did not redraw)
-PLOT_FILES = ("signals.png",) + tuple(f"signals_{i}.png" for i in range(1, MAX_SIGNAL_PLOTS)) + ("cost.png", "params.png")
+PLOT_FILES = ("signals.png", *(f"signals_{i}.png" for i in range(1, MAX_SIGNAL_PLOTS)), "cost.png", "params.png")
 
 
 def sysid_plots(result, out, *, max_recordings: int = MAX_SIGNAL_PLOTS, truth: dict | None = None) -> dict[str, str]:

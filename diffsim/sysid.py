@@ -441,7 +441,8 @@ def _labels(params: Sequence[Param], mjm) -> list[str]:
 # -- the problem ------------------------------------------------------------------------------------
 
 
-def _as_recordings(data, mjm, resample_to_grid: bool, max_steps_per_sample: int | None = None) -> list[_data.Recording]:
+def _as_recordings(data, mjm, resample_to_grid: bool,
+                   max_steps_per_sample: int | None = None) -> list[_data.Recording]:
   items = data if isinstance(data, (list, tuple)) else [data]
   if not items:
     raise ValueError("no recorded data given")
@@ -1446,9 +1447,10 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
              normalize: bool = True, solver: str = "lm", iters: int = 30, shooting: int | None = None,
              starts=1, spread: float = 1.0, seed: int = 0, x0: dict | None = None, lr: float = 0.05,
              ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "forward", resample: bool = False,
-             max_steps_per_sample: int | None = None, fit_qvel0: bool | None = None, fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
-             central: bool = False, eps: float | dict | None = None,
-             out=None, plots: bool = True, progress: bool = False, callback: Callable | None = None) -> SysIdResult:
+             max_steps_per_sample: int | None = None, fit_qvel0: bool | None = None, fit_qpos0: bool = False,
+             device=None, solver_settings: SolverSettings | None = None, central: bool = False,
+             eps: float | dict | None = None, out=None, plots: bool = True, progress: bool = False,
+             callback: Callable | None = None) -> SysIdResult:
   """Identifies model parameters from recorded trajectories.
 
   Args:
@@ -1499,9 +1501,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing); an
       earlier run's results there are replaced. A folder that is a file, or whose `model.xml` is
       the input model, and a parameter that `model.xml` cannot hold are refused before any kernel
-      runs; if writing fails
-      after the solve (e.g. identified inertias that violate the triangle inequality), a warning
-      says why and the result is returned all the same (see `SysIdResult.save`).
+      runs; if writing fails after the solve (e.g. identified inertias that violate the triangle
+      inequality), a warning says why and the result is returned all the same (see
+      `SysIdResult.save`).
     plots: write PNG plots when `out` is given.
     progress: show a tqdm progress bar.
     callback: called after every iteration with `{"nit", "fun", "theta"}`.

@@ -230,8 +230,9 @@ def test_csv_without_header(tmp_path, mjm, rec):
   D.save_csv(p, rec, mjm)
   lines = open(p).read().splitlines(keepends=True)
   p.write_text("".join(lines[1:]))
-  with pytest.raises(D.DataError, match=r"noheader.csv: the first row \(0,0,0.2\d*,0,\.\.\.\) holds numbers, not column "
-                                        r"names; the CSV needs a header row naming its columns: 'time', then joint"):
+  message = (r"noheader.csv: the first row \(0,0,0.2\d*,0,\.\.\.\) holds numbers, not column names; the CSV needs a "
+             r"header row naming its columns: 'time', then joint")
+  with pytest.raises(D.DataError, match=message):
     D.load(p, mjm)
 
 
