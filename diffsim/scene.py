@@ -36,6 +36,9 @@ def resolve_device(device: str | wp.context.Device | None) -> wp.context.Device:
   wp.init()
   if device is None:
     return wp.get_device("cuda:0" if wp.is_cuda_available() else "cpu")
+  if isinstance(device, str) and device.startswith("cuda") and not wp.is_cuda_available():
+    # asked before Warp tries a CUDA context, which prints raw driver errors first
+    raise ValueError(f"device {device!r}: Warp finds no CUDA device here (no NVIDIA GPU or driver); use 'cpu'")
   try:
     return wp.get_device(device)
   except Exception as e:  # Warp raises a bare ValueError/RuntimeError with little context

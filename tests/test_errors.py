@@ -24,6 +24,9 @@ def test_bad_nworld_and_device():
     diffsim.Scene.from_xml(xml, nworld=0, device="cpu")
   with pytest.raises(ValueError, match="unknown device"):
     diffsim.Scene.from_xml(xml, nworld=1, device="tpu:3")
+  if not wp.is_cuda_available():  # said before Warp prints raw driver errors
+    with pytest.raises(ValueError, match="Warp finds no CUDA device here"):
+      diffsim.Scene.from_xml(xml, nworld=1, device="cuda:0")
 
 
 @pytest.mark.parametrize(
