@@ -41,9 +41,7 @@ Solvers:
     than LM, and keeps initial states at their measured or estimated values. The step Jacobians are
     finite differences either way (a lane per state coordinate and parameter; controls are data and
     get none), so a rollout's cost grows with the parameter count in both. The tape's rollout and
-    backward pass are captured as one graph on the first iteration and replayed after (on a 2-core
-    CPU, a pendulum with two 300-step recordings: ~12 s to capture, then ~0.17 s per iteration
-    against 4.5 s launched from Python).
+    backward pass are captured as one graph on the first iteration and replayed after.
 
 Speed: the linearized rollout is captured once as graphs (`Rollout.stages`: the step is one graph
 replayed `nstep` times, so capturing costs one step whatever the recording's length) and replayed
@@ -753,6 +751,7 @@ class _Problem:
     self.world_start = wp.array(np.repeat(np.arange(self.nstart, dtype=np.int32), self.nseg), dtype=int, device=dev)
     self.col_map_dev = wp.array(self.col_map, dtype=int, device=dev)
     self.cost_dev = wp.zeros(self.nstart, dtype=float, device=dev, requires_grad=True)
+    self._ones = wp.ones(self.nstart, dtype=float, device=dev)  # d(total)/d(cost of each start)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.nrollout = 0
@@ -973,7 +972,6 @@ class _Problem:
     if self.layout.inertial:
       self.ro.update_constants()  # graphs replay the parameter writes, not set_const
     if self._grad is None:
-      self._ones = wp.ones(self.nstart, dtype=float, device=self.scene.device)
       self._grad = Replay(self.scene.device, self._gradient_stage, self._capture)
     self.nrollout += 1
     self._grad()
@@ -1539,12 +1537,12 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   nstart = theta0.shape[0]
   if out is not None:
     _check_out(out, source)
-  if out is not None and not isinstance(source, mujoco.MjModel):
-    # model.xml must be able to hold these parameters: find out now, not after the solve
-    try:
-      identified_spec(source, plist, nominal)
-    except ValueError as e:
-      raise ValueError(f"cannot write the identified parameters to model.xml: {e}") from None
+    if not isinstance(source, mujoco.MjModel):
+      # model.xml must be able to hold these parameters: find out now, not after the solve
+      try:
+        identified_spec(source, plist, nominal)
+      except ValueError as e:
+        raise ValueError(f"cannot write the identified parameters to model.xml: {e}") from None
 
   t0 = _time.perf_counter()
   # the rollout's copies carry no bounds (sysid enforces them, per identified coordinate)
