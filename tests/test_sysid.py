@@ -226,6 +226,16 @@ def test_adam_recovers_damping():
   assert abs(res.x["dof_damping:hinge"] / 0.08 - 1) < 1e-3, res.summary()
 
 
+def test_adam_iterations_replay_one_captured_tape_rollout(monkeypatch):
+  # the rollout on the tape runs from Python once, inside the capture; every iteration replays it
+  calls = []
+  run = diffsim.Rollout.run
+  monkeypatch.setattr(diffsim.Rollout, "run", lambda self, *a, **kw: calls.append(1) or run(self, *a, **kw))
+  rec = D.simulate(GUESS.replace('damping="0.05"', 'damping="0.08"'), _ctrl(21, 0.01), qpos0=[0.3])
+  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", solver="adam", iters=5)
+  assert res.nit == 5 and len(calls) == 1
+
+
 def test_quaternion_residuals_ball_joint(tmp_path):
   # qpos residuals of ball and free joints live in the tangent space (rotation vectors)
   mjm = mujoco.MjModel.from_xml_string(models.BALL_FREE)
