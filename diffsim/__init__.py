@@ -9,8 +9,10 @@ from diffsim import sysid as sysid
 from diffsim.gradcheck import check_gradients as check_gradients
 from diffsim.params import Param as Param
 from diffsim.rollout import DivergenceError as DivergenceError
+from diffsim.rollout import GradientWarning as GradientWarning
 from diffsim.rollout import Rollout as Rollout
 from diffsim.rollout import Trajectory as Trajectory
+from diffsim.rollout import check_switches as check_switches
 from diffsim.rollout import rollout as rollout
 from diffsim.scene import Scene as Scene
 from diffsim.scene import SolverSettings as SolverSettings

@@ -29,13 +29,18 @@ from .kernels import init_state, load_quat, tangent_grad
 from .params import Param, ParamLayout
 from .step import FiniteDifferenceStep, resolve_eps
 
-__all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError"]
+__all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError", "GradientWarning", "check_switches"]
 
 _FREE, _BALL = 0, 1
 
 
 class DivergenceError(FloatingPointError):
   """A rollout produced NaN or Inf; the message names the first world and step."""
+
+
+class GradientWarning(UserWarning):
+  """Step Jacobians that crossed a constraint switch on every finite-difference lane; the message
+  names the first world and step (see `check_switches`)."""
 
 
 @dataclass
@@ -89,6 +94,8 @@ class _Buffers:
     self.act = g(n, nstep + 1, scene.na)
     self.sensordata = g(n, nstep + 1, scene.nsensordata)
     self.warm = z(n, scene.nv)
+    # per step, the Jacobian columns whose lanes all changed the constraint set (`FiniteDifferenceStep`)
+    self.switches = wp.zeros((n, nstep + 1), dtype=int, device=dev)
     # defaults and grad sinks, allocated here so a captured graph never points at freed memory
     self.qpos0 = wp.array(scene.mjm.qpos0.reshape(1, -1).astype(np.float32), dtype=float, device=dev)
     self.qvel0 = z(1, scene.nv)
@@ -308,13 +315,16 @@ class Rollout:
     ctrl_jacobian: form the Jacobians' control columns (default); `False` saves their lanes when
       only state and parameter derivatives are needed (then `ctrl` may not require grad on a tape).
     eps: finite-difference steps (a float, or a dict by input group; see `FiniteDifferenceStep`).
-    check: after each call, raise `DivergenceError` on NaN/Inf (one host read); off in captures.
+    check: after each call, raise `DivergenceError` on NaN/Inf and, when differentiating, warn where
+      a step's Jacobian crossed a constraint switch (`check_switches`; host reads); off in captures.
     directions: forward mode with `m` tangent directions (`0`: off). Then `linearize=True` forms no
       Jacobians: it propagates the tangents `dx_k[:, c] = d x_k / d alpha_c` of the trajectory
       along `m` directions `alpha_c` of the inputs — the initial state along `tangent0[:, :, c]`
       (an argument of the call, default 0) and, for `c < nparam`, parameter `c` by one unit — and
       `tangents()` returns them. `1 + m` lanes (forward differences) or `1 + 2 m` (central) instead
       of `1 + nx + nparam (+ nu)`; no tape gradients (no adjoint).
+    guard: guard lanes for the qpos columns (`FiniteDifferenceStep`; default: in models with
+      position constraints).
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -323,14 +333,14 @@ class Rollout:
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
                central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
-               check: bool = False, directions: int = 0):
+               check: bool = False, directions: int = 0, guard: bool | None = None):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     self.scene = scene
     self.nstep = int(nstep)
     self.layout = ParamLayout(scene, params)
     self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
-                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions)
+                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard)
     self.check = check
     self._buf = _Buffers(scene, self.nstep, self.fd)
     # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
@@ -370,6 +380,13 @@ class Rollout:
     if self.fd.ndir:
       raise RuntimeError("a Rollout built with directions= forms tangents, not step Jacobians; read tangents()")
     return self._buf.jac, self._buf.sjac
+
+  def switches(self) -> wp.array:
+    """`(nworld, nstep + 1)` int: per world and step of the last differentiable call, the Jacobian
+    columns (tangent directions in forward mode) whose every finite-difference lane crossed a
+    constraint switch, a contact or limit row appearing, vanishing or changing regime inside the
+    step (0 where the gradient is clean; see `FiniteDifferenceStep` and `check_switches`)."""
+    return self._buf.switches
 
   def tangents(self) -> tuple[wp.array, wp.array]:
     """Forward mode (`directions=m`): the tangents of the last linearized call,
@@ -413,6 +430,8 @@ class Rollout:
       tape.record_func(lambda: self._backward(traj, b, q0, v0, a0), arrays)
     if self.check:
       check_finite(traj)
+      if call.differentiate:
+        check_switches(self)
     return traj
 
   def stages(self, ctrl, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False, tangent0=None,
@@ -485,17 +504,20 @@ class Rollout:
       # the trajectory belongs to this call: drop adjoints left from an earlier backward pass
       for a in (b.qpos, b.qvel, b.act, b.sensordata):
         a.grad.zero_()
+    if differentiate:
+      b.switches.zero_()
     wp.launch(init_state, dim=self.scene.nworld, device=self.scene.device, inputs=list(call.state0),
               outputs=[b.qpos, b.qvel, b.act, b.warm])
 
   def _step(self, call: _Call, k: int) -> None:
     b = call.b
-    call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac)
+    call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac,
+                      switches=b.switches)
 
   def _epilogue(self, call: _Call) -> None:
     b = call.b
     call.stepper.sense(call.traj, call.ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac,
-                          sjac=b.sjac)
+                       sjac=b.sjac, switches=b.switches)
 
   def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0) -> None:
     scene, fd = self.scene, self.fd
@@ -534,6 +556,26 @@ def check_finite(traj: Trajectory) -> None:
       f"{bad.size} of {n} worlds diverged. Lower the timestep, the controls, or check the model.")
 
 
+def check_switches(ro: "Rollout") -> int:
+  """The gradient's self-check: warns (`GradientWarning`) when a step Jacobian column of the last
+  differentiable call of `ro` could not avoid a constraint switch (`Rollout.switches`), naming the
+  first world and step; returns the number of such columns. Costs one host read of
+  `(nworld, nstep + 1)` ints; `rollout(check=True)` and `Rollout(check=True)` call it."""
+  import warnings
+
+  counts = ro.switches().numpy()
+  total = int(counts.sum())
+  if total:
+    w, k = (int(i[0]) for i in np.nonzero(counts))
+    rows = int(np.count_nonzero(counts))
+    warnings.warn(
+      f"{total} finite-difference Jacobian column(s) in {rows} world-step(s), first world {w} at step {k}, crossed "
+      f"a constraint switch on every lane (a contact or limit appearing, vanishing or changing regime within the "
+      f"step): the gradient through those steps is unreliable. Use central differences (central=True), a smaller "
+      f"qpos step (eps={{'qpos': ...}}), or a state further from the switch.", GradientWarning, stacklevel=3)
+  return total
+
+
 def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params: Sequence[Param] | None = None,
             central: bool = True, eps: float | dict | None = None, check: bool = True) -> Trajectory:
   """Steps every world of `scene` through `ctrl`; differentiable inside a `wp.Tape`.
@@ -547,7 +589,9 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
     act0: `(nworld, na)` or `(na,)` initial activations; default 0.
     params: `Param`s applied to every world (per-world values) and differentiated.
     central, eps: finite-difference scheme of the step Jacobians (see `FiniteDifferenceStep`).
-    check: validate inputs for NaN/Inf before, and the state after (raises `DivergenceError`).
+    check: validate inputs for NaN/Inf before, and the state after (raises `DivergenceError`);
+      on a tape also the gradient's self-check (`check_switches`: a `GradientWarning` where a step's
+      Jacobian crossed a constraint switch on every lane).
 
   Returns:
     A new `Trajectory`; after `tape.backward(loss)`, `ctrl.grad`, `qpos0.grad`, `qvel0.grad` and
@@ -575,4 +619,6 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   traj = ro.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0)
   if check:
     check_finite(traj)
+    if differentiate:
+      check_switches(ro)
   return traj

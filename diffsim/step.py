@@ -16,6 +16,17 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
 world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
 `SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
 
+Constraint switches. Where a lane's step makes a contact or limit row appear or vanish (a jump in
+force: a contact's damping acts at once) or change regime (a kink), a difference across it is not
+the derivative MuJoCo's own `mjd_transitionFD` gives at the nominal state: off by jump / step,
+orders of magnitude at contact onset. Each lane world's constraint rows are hashed (type and solver
+state, in order), and a column is formed from the lanes that kept the nominal hash: central, else
+one-sided. In a model with position constraints the qpos coordinates, whose steps move contacts and
+limits, get guard lanes: central differences add a pair at `GUARD` times the step (so a state
+between two switches still has a clean central difference), forward differences a step down. A
+column with no clean difference is counted per world and step (`switches`), the gradient's
+self-check (`rollout.check_switches`).
+
 Forward mode (`directions=m`): when only a few derivatives of the whole trajectory are needed
 (system identification: d(trajectory)/d(theta), a handful of parameters), forming `J` costs
 `2 nv + na` lanes more than necessary. Instead, lane `1 + c` steps the state moved along the
@@ -165,15 +176,85 @@ def _lanes_in(
 
 
 @wp.func
-def _realized_step(x: float, eps: float, central: int, lo: float, hi: float) -> float:
-  """Half the distance between the two inputs actually stepped (float32 rounding and clamping
-  to `[lo, hi]` included), so neither biases the difference; 0 outside `[lo, hi]`, where the
-  input has no effect."""
+def _realized_steps(x: float, eps: float, lo: float, hi: float) -> wp.vec2:
+  """Distances actually stepped up and down from `x` (float32 rounding and clamping to `[lo, hi]`
+  included), so neither biases the difference; 0 outside `[lo, hi]`, where the input has no effect."""
   if x < lo or x > hi:
-    return 0.0
-  if central != 0:
-    return 0.5 * (wp.clamp(x + eps, lo, hi) - wp.clamp(x - eps, lo, hi))
-  return wp.clamp(x + eps, lo, hi) - wp.clamp(x, lo, hi)
+    return wp.vec2(0.0)
+  return wp.vec2(wp.clamp(x + eps, lo, hi) - wp.clamp(x, lo, hi), wp.clamp(x, lo, hi) - wp.clamp(x - eps, lo, hi))
+
+
+@wp.kernel
+def _constraint_signature(
+  # Data in:
+  nefc_in: wp.array[int],  # (nlane * nworld,)
+  efc_type_in: wp.array2d[int],  # (nlane * nworld, njmax)
+  efc_state_in: wp.array2d[int],  # (nlane * nworld, njmax)
+  # Out:
+  signature_out: wp.array[int],  # (nlane * nworld,)
+):
+  """A hash of each lane world's constraint rows, type and solver state in order: lanes of a world
+  share it unless a row appeared, vanished or changed regime (e.g. a contact began to slide or to
+  separate) inside the finite-difference step."""
+  lw = wp.tid()
+  n = wp.min(nefc_in[lw], efc_state_in.shape[1])
+  h = wp.int64(n)
+  for i in range(n):
+    h = (h * wp.int64(31) + wp.int64(efc_type_in[lw, i] * 8 + efc_state_in[lw, i] + 1)) % wp.int64(2147483647)
+  signature_out[lw] = int(h)
+
+
+@wp.func
+def _pick_lanes(
+  w: int, lanes: wp.vec4i, h: wp.vec4,
+  signature: wp.array[int],
+  switches_out: wp.array2d[int], row: int,
+):
+  """Lanes and inverse step of one column: `(lane, lane subtracted, 1 / step)`.
+
+  `lanes` are the lane worlds stepped up, down, up by the guard step and down by it (-1: none) and
+  `h` the distances actually stepped. A lane whose constraint rows differ from the nominal ones
+  (`_constraint_signature`: a contact or limit row appearing or vanishing inside the step, or
+  changing regime) differentiates across a jump in force (orders of magnitude off at contact
+  onset: jump / step) or a kink (the two slopes' average). The first difference whose lanes kept
+  the nominal rows is taken: central, central at the guard step, one-sided at the guard step,
+  one-sided. Where none did, the column is counted in `switches_out[w, row]` (the gradient's
+  self-check) and differenced as if all had.
+  """
+  n0 = signature[w]
+  ok = wp.vec4i(0)
+  for i in range(4):
+    if lanes[i] >= 0:
+      if signature[lanes[i]] == n0:
+        ok[i] = 1
+  lp = lanes[0]
+  lm = lanes[1]
+  d = h[0] + h[1]
+  if lm < 0:
+    lm = w
+    d = h[0]
+  if ok[0] == 0 or (lanes[1] >= 0 and ok[1] == 0):
+    if ok[2] != 0 and ok[3] != 0:
+      lp = lanes[2]
+      lm = lanes[3]
+      d = h[2] + h[3]
+    elif ok[2] != 0:
+      lp = lanes[2]
+      lm = w
+      d = h[2]
+    elif ok[3] != 0:
+      lp = w
+      lm = lanes[3]
+      d = h[3]
+    elif ok[0] != 0:
+      lm = w
+      d = h[0]
+    elif ok[1] != 0:
+      lp = w
+      d = h[1]
+    else:
+      wp.atomic_add(switches_out, w, row, 1)
+  return lp, lm, wp.where(d != 0.0, 1.0 / d, 0.0)
 
 
 @wp.kernel
@@ -190,7 +271,8 @@ def _lanes_out(
   # In:
   central: int,
   eps_z: wp.array[float],  # (nz,)
-  coord_lane: wp.array[int],  # (nz,) first lane of each coordinate, -1: zero column
+  coord_lanes: wp.array[wp.vec4i],  # (nz,) lanes stepping each coordinate up, down, up and down by the guard step
+  guard: float,  # guard step / step
   step0: int,
   ctrl_step0: int,
   step_count: wp.array[int],  # (1,) steps already taken by a replayed one-step graph (0 when eager)
@@ -205,9 +287,11 @@ def _lanes_out(
   qvel: wp.array2d[float],
   act: wp.array2d[float],
   sensordata: wp.array2d[float],
+  signature: wp.array[int],  # (nlane * nworld,) `_constraint_signature` of each lane's step
   # Out:
   jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz)
   sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
+  switches_out: wp.array2d[int],  # (nworld, nstep + 1) columns whose lanes all switched constraint set
 ):
   step = step0 + step_count[0]
   ctrl_step = ctrl_step0 + step_count[0]
@@ -218,34 +302,40 @@ def _lanes_out(
   ns = sensordata.shape[1]
   nx = 2 * nv + na
 
-  # step actually taken along coordinate c
+  lanes = coord_lanes[c]
+  if lanes[0] < 0:  # a skipped coordinate: zero column
+    for s in range(ns):
+      sjac_out[w, step, s, c] = 0.0
+    if with_state != 0:
+      _state_difference(njnt, jnt_type, jnt_qposadr, jnt_dofadr, qpos, qvel, act, w, w, 0.0, jac_out, w, step, c)
+    return
+  # distances actually stepped up and down along coordinate c, by the step and the guard step
   inf = wp.inf
   eps = eps_z[c]
-  h = eps
+  hpm = wp.vec2(eps, eps)
+  gpm = wp.vec2(guard * eps, guard * eps)
   if c < nv:
     j = dof_jntid[c]
     typ = jnt_type[j]
     if typ == _SLIDE or typ == _HINGE or (typ == _FREE and c - jnt_dofadr[j] < 3):
-      h = _realized_step(qpos_in[w, step, jnt_qposadr[j] + c - jnt_dofadr[j]], eps, central, -inf, inf)
+      x = qpos_in[w, step, jnt_qposadr[j] + c - jnt_dofadr[j]]
+      hpm = _realized_steps(x, eps, -inf, inf)
+      gpm = _realized_steps(x, guard * eps, -inf, inf)
   elif c < 2 * nv:
-    h = _realized_step(qvel_in[w, step, c - nv], eps, central, -inf, inf)
+    hpm = _realized_steps(qvel_in[w, step, c - nv], eps, -inf, inf)
   elif c < nx:
-    h = _realized_step(act_in[w, step, c - 2 * nv], eps, central, -inf, inf)
+    hpm = _realized_steps(act_in[w, step, c - 2 * nv], eps, -inf, inf)
   elif c < nx + nu:
     i = c - nx
-    h = _realized_step(ctrl_in[w, ctrl_step, i], eps, central, ctrl_lo[i], ctrl_hi[i])
+    hpm = _realized_steps(ctrl_in[w, ctrl_step, i], eps, ctrl_lo[i], ctrl_hi[i])
   else:
-    h = h_param[w, c - nx - nu]
+    hpm = wp.vec2(h_param[w, c - nx - nu])
 
-  lane = coord_lane[c]
-  lp = wp.max(lane, 0) * nworld + w
-  lm = w
-  if central != 0:
-    lm = (lane + 1) * nworld + w
-  # a control beyond its limit has no effect, a skipped coordinate none formed: zero column
-  inv = float(0.0)
-  if h != 0.0 and lane >= 0:
-    inv = wp.where(central != 0, 0.5, 1.0) / h
+  lane_world = wp.vec4i(-1)
+  for i in range(4):
+    if lanes[i] >= 0:
+      lane_world[i] = lanes[i] * nworld + w
+  lp, lm, inv = _pick_lanes(w, lane_world, wp.vec4(hpm[0], hpm[1], gpm[0], gpm[1]), signature, switches_out, step)
 
   for s in range(ns):
     sjac_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
@@ -361,17 +451,18 @@ def _tangent_lanes_out(
   qvel: wp.array2d[float],
   act: wp.array2d[float],
   sensordata: wp.array2d[float],
+  signature: wp.array[int],  # (nlane * nworld,) `_constraint_signature` of each lane's step
   # Out:
   dx_out: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir) row `step + 1` written
   ds_out: wp.array4d[float],  # (nworld, nstep + 1, ns, ndir) row `step` written
+  switches_out: wp.array2d[int],  # (nworld, nstep + 1) directions whose lanes all switched constraint set
 ):
   step = step0 + step_count[0]
   w, c = wp.tid()
-  lp = (1 + c * wp.where(central != 0, 2, 1)) * nworld + w
-  lm = w
-  if central != 0:
-    lm = lp + nworld
-  inv = wp.where(central != 0, 0.5, 1.0) / h_dir[w, c]
+  plus = (1 + c * wp.where(central != 0, 2, 1)) * nworld + w
+  lanes = wp.vec4i(plus, wp.where(central != 0, plus + nworld, -1), -1, -1)
+  h = h_dir[w, c]
+  lp, lm, inv = _pick_lanes(w, lanes, wp.vec4(h, h, 0.0, 0.0), signature, switches_out, step)
   for s in range(sensordata.shape[1]):
     ds_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
   if with_state == 0:
@@ -423,6 +514,8 @@ def _store_nominal(
 # the ~1 mm width of the constraint impedance (solimp), or the difference straddles its nonlinearity.
 DEFAULT_EPS = {"qpos": 1e-3, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
 CONSTRAINT_QPOS_EPS = 1e-4
+# guard step / step of the qpos guard lanes (`FiniteDifferenceStep`, `_pick_lanes`)
+GUARD = 0.125
 
 
 def resolve_eps(eps, position_constraints: bool = False) -> dict[str, float]:
@@ -449,8 +542,8 @@ class FiniteDifferenceStep:
   Args:
     scene: the `Scene`.
     nparam: number of scalar model parameters in `z` (their lanes are set by `ParamLayout.apply`).
-    differentiable: form Jacobians (`nlane = 1 + 2 nz` central, `1 + nz` forward) or only step
-      the nominal lane (`nlane = 1`).
+    differentiable: form Jacobians (`nlane = 1 + 2 nz` central, `1 + nz` forward; with guard
+      lanes `2 nv` / `nv` more) or only step the nominal lane (`nlane = 1`).
     central: central (default) or forward differences.
     ctrl_jacobian: form the control columns of the Jacobians (default). Without them (zero columns)
       the step needs `2 nu` (central) or `nu` (forward) fewer lanes; for Jacobians with respect to
@@ -465,10 +558,13 @@ class FiniteDifferenceStep:
       instead of forming Jacobians (`nlane = 1 + m` forward, `1 + 2 m` central). A parameter
       direction is stepped by the parameter's step (`eps["param"]`), a state-only one so that its
       largest component moves by `eps["qpos"]`.
+    guard: guard lanes for the qpos coordinates (see the module docstring); `None` (default): in
+      models with position constraints (`Scene.has_position_constraints`). Not in forward mode.
   """
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
-               ctrl_jacobian: bool = True, eps: float | dict = None, directions: int = 0):
+               ctrl_jacobian: bool = True, eps: float | dict = None, directions: int = 0,
+               guard: bool | None = None):
     if not isinstance(directions, (int, np.integer)) or directions < 0:
       raise ValueError(f"directions must be a non-negative integer, got {directions!r}")
     if directions and (not differentiable or directions < nparam):
@@ -482,9 +578,13 @@ class FiniteDifferenceStep:
     self.central = bool(central)
     self.ctrl_jacobian = bool(ctrl_jacobian) and not self.ndir
     self.eps = resolve_eps(eps, scene.has_position_constraints)
+    # qpos coordinates of a model with position constraints get guard lanes, so that a constraint
+    # row switching inside the step leaves a clean difference (`_pick_lanes`): down by the step too
+    # when differencing forward, and up and down by `GUARD` times the step when central
+    self.guard = bool(scene.has_position_constraints if guard is None else guard) and differentiable and not self.ndir
     coord = [-1]
     sign = [0.0]
-    first = np.full(self.nz, -1, np.int32)  # first lane of each coordinate, -1: column not formed
+    lanes = np.full((self.nz, 4), -1, np.int32)  # lanes of each coordinate: up, down, guard up, guard down
     if self.ndir:
       # lanes of direction c: 1 + c (forward); 1 + 2c, 2 + 2c (central), so parameter c's lanes
       # are those of direction c (`ParamLayout.apply` with lane0 = 1)
@@ -495,11 +595,14 @@ class FiniteDifferenceStep:
       for c in range(self.nz):
         if not ctrl_jacobian and scene.nx <= c < scene.nx + scene.nu:
           continue
-        first[c] = len(coord)
-        coord += [c, c] if central else [c]
-        sign += [1.0, -1.0] if central else [1.0]
+        signs = [1.0, -1.0] if central else [1.0]
+        if self.guard and c < scene.nv:
+          signs = [1.0, -1.0, GUARD, -GUARD] if central else [1.0, -1.0]
+        lanes[c, :len(signs)] = len(coord) + np.arange(len(signs))
+        coord += [c] * len(signs)
+        sign += signs
     self.nlane = len(coord)
-    self._first = first
+    self._lanes = lanes
     dev = scene.device
     e = self.eps
     eps_z = [e["qpos"]] * scene.nv + [e["qvel"]] * scene.nv + [e["act"]] * scene.na + [e["ctrl"]] * scene.nu
@@ -507,11 +610,12 @@ class FiniteDifferenceStep:
     self.eps_z = wp.array(np.array(eps_z, dtype=np.float32), dtype=float, device=dev)
     self.lane_coord = wp.array(np.array(coord, dtype=np.int32), dtype=int, device=dev)
     self.lane_sign = wp.array(np.array(sign, dtype=np.float32), dtype=float, device=dev)
-    self.coord_lane = wp.array(first, dtype=int, device=dev)
+    self.coord_lanes = wp.array(lanes, dtype=wp.vec4i, device=dev)
     self.data = scene.data(self.nlane)
     # steps taken by a captured one-step graph replayed in a loop (see `advance`); 0 when eager
     self.count = wp.zeros(1, dtype=int, device=dev)
     self.h_dir = wp.zeros((scene.nworld, max(self.ndir, 1)), dtype=float, device=dev)
+    self.signature = wp.zeros(self.nlane * scene.nworld, dtype=int, device=dev)
 
   @property
   def param_lane0(self) -> int:
@@ -520,7 +624,7 @@ class FiniteDifferenceStep:
       return -1
     if self.ndir:
       return 1
-    return int(self._first[self.scene.nx + self.scene.nu]) if self.nparam else self.nlane
+    return int(self._lanes[self.scene.nx + self.scene.nu, 0]) if self.nparam else self.nlane
 
   def begin(self) -> None:
     """Resets time and step counter of every lane before a rollout."""
@@ -549,26 +653,30 @@ class FiniteDifferenceStep:
               self.eps_z, step, ctrl_step, self.count, traj.qpos, traj.qvel, traj.act, ctrl, warm],
       outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart])
 
-  def _lanes_out(self, traj, ctrl, h_param, jac, sjac, step: int, ctrl_step: int, with_state: bool) -> None:
+  def _lanes_out(self, traj, ctrl, h_param, jac, sjac, switches, step: int, ctrl_step: int,
+                 with_state: bool) -> None:
     s, d = self.scene, self.data
+    wp.launch(_constraint_signature, dim=self.nlane * s.nworld, device=s.device,
+              inputs=[d.nefc, d.efc.type, d.efc.state], outputs=[self.signature])
     if self.ndir:
       wp.launch(
         _tangent_lanes_out, dim=(s.nworld, self.ndir), device=s.device,
         inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, int(self.central), step, self.count,
-                int(with_state), self.h_dir, d.qpos, d.qvel, d.act, d.sensordata],
-        outputs=[jac, sjac])
+                int(with_state), self.h_dir, d.qpos, d.qvel, d.act, d.sensordata, self.signature],
+        outputs=[jac, sjac, switches])
       return
     wp.launch(
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
       inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               int(self.central),
-              self.eps_z, self.coord_lane, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
-              d.qpos, d.qvel, d.act, d.sensordata],
-      outputs=[jac, sjac])
+              self.eps_z, self.coord_lanes, GUARD, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
+              d.qpos, d.qvel, d.act, d.sensordata, self.signature],
+      outputs=[jac, sjac, switches])
 
-  def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None) -> None:
+  def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
     """Steps state `k` of `traj` with `ctrl[:, k]`: writes state `k + 1`, sensordata `k` and
-    (when differentiable) `jac[:, k]`, `sjac[:, k]`; in forward mode `jac` and `sjac` are the
+    (when differentiable) `jac[:, k]`, `sjac[:, k]` and adds the columns that crossed a constraint
+    switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller); in forward mode `jac` and `sjac` are the
     tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
     writes `jac[:, k + 1]` and `sjac[:, k]`."""
     import mujoco_warp as mjw
@@ -579,9 +687,9 @@ class FiniteDifferenceStep:
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 1, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
-      self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k, True)
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, k, k, True)
 
-  def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None) -> None:
+  def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
     """Sensors at the final state `k` (control held at `ctrl[:, k - 1]`): sensordata `k`, `sjac[:, k]`."""
     import mujoco_warp as mjw
 
@@ -591,4 +699,4 @@ class FiniteDifferenceStep:
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 0, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
-      self._lanes_out(traj, ctrl, h_param, jac, sjac, k, k - 1, False)
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, k, k - 1, False)
