@@ -60,7 +60,6 @@ from .bench_rollout import _graph, _wall, controls, gradient_fn, write_json
 
 # MJX gradient times measured on 2 CPU cores (issue #5), by world count.
 REFERENCE_MJX_GRAD_S = {1: 6.1e-3, 64: 62e-3, 1024: 1.03}
-REFERENCE_MJX_FWD_WSPS_1024 = 1.7e6
 
 
 def mjx_case(mjm: mujoco.MjModel, u: np.ndarray) -> dict:
@@ -167,7 +166,7 @@ def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
 def table(rows: list[dict]) -> str:
   head = ("| worlds | steps | MJX fwd (ws/s) | diffsim fwd (ws/s) | MJX grad (s) | diffsim grad (s) | "
           "diffsim / MJX (grad) | grad rel. err | forward differences: diffsim / MJX (grad), rel. err | "
-          "MJX grad, issue #5 (s) | first call MJX / diffsim (s) |")
+          "MJX grad, issue #5 (s) | first call MJX / diffsim (s), caches |")
   lines = [head, "|" + "---|" * 11]
   for r in rows:
     ref = r["reference_mjx_grad_s"]
@@ -175,7 +174,8 @@ def table(rows: list[dict]) -> str:
       f"| {r['nworld']} | {r['nstep']} | {r['mjx_fwd_wsps']:.3g} | {r['diffsim_fwd_wsps']:.3g} | "
       f"{r['mjx_grad_s']:.3g} | {r['diffsim_grad_s']:.3g} | {r['grad_ratio']:.2f} | {r['grad_rel_err']:.1e} | "
       f"{r['grad_fd_ratio']:.2f}, {r['grad_fd_rel_err']:.1e} | "
-      f"{'-' if ref is None else f'{ref:.3g}'} | {r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f} |")
+      f"{'-' if ref is None else f'{ref:.3g}'} | {r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f}, "
+      f"XLA {r.get('xla_cache', '?')} / Warp {r.get('warp_cache', '?')} |")
   return "\n".join(lines)
 
 
@@ -206,10 +206,16 @@ def main(argv=None) -> list[dict]:
   except ImportError as e:  # benchmarks.run reports the section as skipped
     raise ImportError(f"bench_mjx needs JAX and MJX: pip install 'jax[cpu]' mujoco-mjx ({e})") from None
   wp.config.log_level = wp.LOG_WARNING
+  wp.init()
+  # first calls compare caches: MJX compiles with XLA in this process (no persistent cache: cold);
+  # Warp loads kernels from its disk cache when an earlier run left them there (warm)
+  cache = wp.config.kernel_cache_dir
+  warp_cache = "warm" if cache and os.path.isdir(cache) and os.listdir(cache) else "cold"
 
   rows = []
   for n in args.sizes:
-    rows.append(bench_case(n, args.nstep, args.device, args.repeats))
+    rows.append({**bench_case(n, args.nstep, args.device, args.repeats), "warp_cache": warp_cache,
+                 "xla_cache": "cold"})
     print(f"[bench_mjx] {n} worlds: diffsim {rows[-1]['diffsim_grad_s']:.3g} s, MJX {rows[-1]['mjx_grad_s']:.3g} s",
           file=sys.stderr, flush=True)
     # after every row: a run stopped by a timeout keeps the rows it finished

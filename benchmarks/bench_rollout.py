@@ -12,7 +12,11 @@ For each model and world count it measures, in one process:
   - gradient cost: time of forward + Jacobians + backward (captured) divided by the captured
     forward time, and that ratio divided by the number of perturbation lanes (how close the
     finite-difference adjoint comes to its own lower bound of one MJWarp step per lane);
-  - `mujoco.rollout` (MuJoCo C, float64) with one thread per CPU this process may use;
+  - `mujoco.rollout` (MuJoCo C, float64) with one thread per CPU this process may use and with
+    one thread (diffsim's CPU kernels run on one thread), and raw `mjw.step` and `mujoco.rollout`
+    on the model as its MJCF writes it: its own solver tolerance, where diffsim's scene runs every
+    iteration (tolerance 0, so that all lanes take the same path), which the other columns share;
+  - `fwd_spread`: (max - min) / median of the captured forward's repeats;
   - one-time costs, apart from the steady state: `compile_s`, per model, the first forward and
     gradient call minus a second one at 1 world and 2 steps (Warp kernel compilation, or loading
     from `~/.cache/warp`, and MJWarp set-up, in this process); and per row `first_fwd_s` and
@@ -113,14 +117,19 @@ def gradient_fn(ro, ctrl: wp.array):
   return gradient
 
 
-def raw_mjwarp(scene, u: np.ndarray):
-  """Raw MJWarp on the scene's one-lane `Data` (the forward rollout's too; both set the whole state
-  before they step): from `qpos0` at rest, `u[:, k]` copied into `Data.ctrl` before step `k`, no
-  trajectory kept. Returns the function to capture."""
+def raw_mjwarp(scene, u: np.ndarray, mjm: mujoco.MjModel | None = None):
+  """Raw MJWarp: from `qpos0` at rest, `u[:, k]` copied into `Data.ctrl` before step `k`, no
+  trajectory kept. On the scene's model and one-lane `Data` (the forward rollout's too; both set the
+  whole state before they step), or, given `mjm`, on that model as MJWarp's `put_model` makes it
+  (the user's solver tolerance, not diffsim's fixed iterations). Returns the function to capture."""
   import mujoco_warp as mjw
 
   nworld, nstep, nu = u.shape
-  d = scene.data(1)
+  model, d = scene.model, scene.data(1)
+  if mjm is not None:
+    with wp.ScopedDevice(scene.device):
+      model = mjw.put_model(mjm)
+      d = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=nworld)
   qpos0 = wp.array(np.tile(scene.mjm.qpos0, (nworld, 1)).astype(np.float32), dtype=float, device=scene.device)
   ctrl = wp.array(np.ascontiguousarray(u.transpose(1, 0, 2)), dtype=float, device=scene.device)  # (nstep, nworld, nu)
 
@@ -131,7 +140,7 @@ def raw_mjwarp(scene, u: np.ndarray):
     for k in range(nstep):
       if nu:
         wp.copy(d.ctrl, ctrl, src_offset=k * nworld * nu, count=nworld * nu)
-      mjw.step(scene.model, d)
+      mjw.step(model, d)
 
   return run
 
@@ -168,38 +177,62 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   eager = _time(lambda: fwd(ctrl), repeats)
   replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
   replay_raw = _graph(scene.device, raw_mjwarp(scene, u))
-  times = _alternate({"fwd": replay_fwd, "raw": replay_raw}, max(repeats, 3))
-  captured, raw = float(np.median(times["fwd"])), float(np.median(times["raw"]))
+  # the model as its MJCF writes it: diffsim runs every solver iteration (tolerance 0, so that all
+  # lanes take the same path); a user's own MJWarp or MuJoCo loop stops at the model's tolerance
+  user = mujoco.MjModel.from_xml_path(MODELS[model]())
+  replay_user = _graph(scene.device, raw_mjwarp(scene, u, user))
+  times = _alternate({"fwd": replay_fwd, "raw": replay_raw, "user": replay_user}, max(repeats, 3))
+  captured, raw, raw_user = (float(np.median(times[k])) for k in ("fwd", "raw", "user"))
   fwd_over_raw = float(np.median(np.array(times["fwd"]) / np.array(times["raw"])))
+  fwd_over_user = float(np.median(np.array(times["fwd"]) / np.array(times["user"])))
 
-  nlane = 1 + 2 * (scene.nx + scene.nu)  # central differences over the state and the controls
+  nlane = lane_count(scene)
   grad = first_grad = None
   if grad_max_worlds is None or nlane * nworld <= grad_max_worlds:
-    gradient = gradient_fn(diffsim.Rollout(scene, nstep), ctrl)  # allocates the nlane * nworld worlds
+    ro = diffsim.Rollout(scene, nstep)  # allocates the nlane * nworld worlds
+    assert ro.fd.nlane == nlane
+    gradient = gradient_fn(ro, ctrl)
     first_grad = _wall(gradient)
     grad = _time(_graph(scene.device, gradient), repeats)
 
-  # MuJoCo C, float64, one thread per CPU this process may use
-  mjm = scene.mjm
+  # MuJoCo C, float64: one thread, and one thread per CPU this process may use; on diffsim's model
+  # (tolerance 0) and on the model as written
   nthread = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-  datas = [mujoco.MjData(mjm) for _ in range(nthread)]
-  state0 = np.zeros((nworld, mujoco.mj_stateSize(mjm, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
-  mujoco.mj_getState(mjm, datas[0], state0[0], mujoco.mjtState.mjSTATE_FULLPHYSICS)
-  state0[:] = state0[0]
   u64 = u.astype(np.float64)
-  mujoco.rollout.rollout(mjm, datas, state0, u64)
-  c_time = _time(lambda: mujoco.rollout.rollout(mjm, datas, state0, u64), repeats)
+  c_times = {}
+  for key, mjm, threads in (("", scene.mjm, nthread), ("_1thread", scene.mjm, 1), ("_user", user, nthread)):
+    datas = [mujoco.MjData(mjm) for _ in range(threads)]
+    state0 = np.zeros((nworld, mujoco.mj_stateSize(mjm, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+    mujoco.mj_getState(mjm, datas[0], state0[0], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    state0[:] = state0[0]
+    mujoco.rollout.rollout(mjm, datas, state0, u64)
+    c_times[key] = _time(lambda: mujoco.rollout.rollout(mjm, datas, state0, u64), repeats)
 
   ws = nworld * nstep
   return {
     "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": nlane,
     "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
-    "mujoco_rollout_wsps": ws / c_time, "mujoco_rollout_nthread": nthread,
-    "grad_s": grad, "fwd_s": captured, "raw_s": raw, "fwd_over_raw": fwd_over_raw,
+    "mjw_step_user_wsps": ws / raw_user,
+    "mujoco_rollout_wsps": ws / c_times[""], "mujoco_rollout_nthread": nthread,
+    "mujoco_rollout_1thread_wsps": ws / c_times["_1thread"], "mujoco_rollout_user_wsps": ws / c_times["_user"],
+    "grad_s": grad, "fwd_s": captured, "raw_s": raw, "fwd_over_raw": fwd_over_raw, "fwd_over_user": fwd_over_user,
+    "fwd_spread": _spread(times["fwd"]),
     "grad_over_fwd": None if grad is None else grad / captured,
     "grad_over_fwd_per_lane": None if grad is None else grad / captured / nlane,
     "first_fwd_s": first_fwd, "first_grad_s": first_grad,
   }
+
+
+def lane_count(scene) -> int:
+  """Perturbation lanes of a default differentiable `Rollout` (central differences over the state
+  and the controls, plus the qpos guard lanes of a model with position constraints)."""
+  return 1 + 2 * (scene.nx + scene.nu) + (2 * scene.nv if scene.has_position_constraints else 0)
+
+
+def _spread(times) -> float:
+  """(max - min) / median of repeated wall times: how far to trust a ratio built on them."""
+  t = np.asarray(times, dtype=float)
+  return float((t.max() - t.min()) / np.median(t))
 
 
 def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats: int) -> dict:
@@ -258,15 +291,24 @@ def _fmt(x, spec: str) -> str:
 
 def table(rows: list[dict]) -> str:
   head = ("| model | worlds | steps | fwd eager (ws/s) | fwd captured (ws/s) | raw mjw.step (ws/s) | captured / raw "
-          "(time) | mujoco.rollout (ws/s) | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | lanes | "
-          "compile (s) |")
-  lines = [head, "|" + "---|" * 13]
+          "(time) | raw mjw.step, model as written (ws/s) | captured / as written (time) | mujoco.rollout "
+          "(ws/s): all threads, 1 thread, as written | captured / mujoco.rollout | grad / fwd | grad / fwd / lanes | "
+          "lanes | fwd spread | compile (s) |")
+  lines = [head, "|" + "---|" * 16]
+  g = lambda r, k: _fmt(r.get(k), ".3g")
   for r in rows:
     lines.append(
       f"| {r['model']} | {r['nworld']} | {r['nstep']} | {r['fwd_eager_wsps']:.3g} | {r['fwd_captured_wsps']:.3g} | "
-      f"{r['mjw_step_captured_wsps']:.3g} | {r['fwd_over_raw']:.2f} | {r['mujoco_rollout_wsps']:.3g} | "
+      f"{r['mjw_step_captured_wsps']:.3g} | {r['fwd_over_raw']:.2f} | {g(r, 'mjw_step_user_wsps')} | "
+      f"{_fmt(r.get('fwd_over_user'), '.2f')} | {r['mujoco_rollout_wsps']:.3g} ({r['mujoco_rollout_nthread']}), "
+      f"{g(r, 'mujoco_rollout_1thread_wsps')}, {g(r, 'mujoco_rollout_user_wsps')} | "
       f"{r['fwd_captured_wsps'] / r['mujoco_rollout_wsps']:.2f} | {_fmt(r['grad_over_fwd'], '.1f')} | "
-      f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {_fmt(r.get('compile_s'), '.1f')} |")
+      f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {_fmt(r.get('fwd_spread'), '.2f')} | "
+      f"{_fmt(r.get('compile_s'), '.1f')} |")
+  lines.append("")
+  lines.append("As written: the MJCF's own solver tolerance (diffsim runs every iteration, tolerance 0, so that "
+               "all perturbation lanes take the same solver path). fwd spread: (max - min) / median of the "
+               "captured forward's repeats.")
   return "\n".join(lines)
 
 

@@ -1,14 +1,20 @@
 """System identification with `mujoco.sysid` and with diffsim: the same problem, side by side.
 
-Problem: the 5-link arm of `mujoco.sysid`'s own integration test (`ARM_XML` below: 5 hinges,
-motors, `jointpos` + `jointvel` sensors, `implicitfast`, timestep 0.002, no contacts). The unknowns
-are the 5 armatures and the 5 dampings (`--params`); both tools start from the true values times
-1.3 (`--scale`) within the bounds [guess / 10, guess * 10].
+Problem: the 5-link arm of `mujoco.sysid`'s own integration test (`ARM_XML` below: 5 hinges
+limited to +-3.14 rad, motors, `jointpos` + `jointvel` sensors, `implicitfast`, timestep 0.002, no
+contacts). Two cases:
+  - smooth (`--ntraj`, default 1 and 64 trajectories of `--steps` 300 = 0.6 s): the unknowns are
+    the 5 armatures and the 5 dampings (`--params`); both tools start from the true values times
+    1.3 (`--scale`) within the bounds [guess / 10, guess * 10]; every trajectory stays well inside
+    the joint limits.
+  - at the limits (`--limits-ntraj`, default 32 trajectories of `--limits-steps` 500 = 1 s; issue
+    16): every fourth trajectory is driven onto a joint limit (its excitation 4-10 times stronger,
+    redrawn until a joint reaches it), the others stay clear; the unknowns are the 5 armatures,
+    from 0.01 within [0.001, 1]; at most `--limits-iters` (50) iterations.
 
-Data: MuJoCo C (`mujoco.rollout`, float64) from the true model at rest, `--steps` steps (300 =
-0.6 s) per trajectory, each trajectory driven by its own sum of two sinusoids per motor (random
-amplitudes, frequencies and phases, fixed seed; well inside the joint limits), noise-free. Case
-"1 trajectory" and case "64 trajectories" (`--ntraj`) share one parameter set.
+Data: MuJoCo C (`mujoco.rollout`, float64) from the true model at rest, each trajectory driven by
+its own sum of two sinusoids per motor (random amplitudes, frequencies and phases, fixed seed),
+noise-free. The trajectories of a case share one parameter set.
 
 Both tools fit the same signals (the 10 sensors at every step, `T` rows per trajectory) with the
 same residual scaling: `mujoco.sysid`'s default, `(measured - simulated) / (|measured column| /
@@ -19,58 +25,59 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
   - `mujoco.sysid`: `ModelSequences` + `build_residual_fn` + `optimize(optimizer="mujoco")`, all
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
-  - diffsim: `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise (Levenberg-Marquardt
-    on MJWarp in float32; per-step forward-difference Jacobians over the state and the parameters
-    in `1 + 2 nv + nparam` lanes per world (controls are data: no lanes), propagated forward to the
-    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs).
-  - diffsim directional: the same with `jacobian="directional"` (forward mode: `1 + nparam` lanes
-    per world, each moving the state along its parameter's tangent; less precise on constrained
-    models, see `diffsim/sysid.py`).
+  - diffsim (default): `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise
+    (Levenberg-Marquardt on MJWarp in float32, `jacobian="auto"`: per-step forward-difference
+    Jacobians over the state and the parameters in `1 + 2 nv + nparam` lanes per world, plus `nv`
+    guard lanes in a model with limits (controls are data: no lanes), propagated forward to the
+    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs; where
+    the trajectories cross constraint switches, the directional Jacobian's step when it lowers the
+    cost, see `diffsim/sysid.py`, "Convergence").
+  - diffsim forward (at the limits only; on smooth data it is the default's run): `jacobian="forward"`.
+  - diffsim directional: `jacobian="directional"` (forward mode: `1 + nparam` lanes per world, each
+    moving the state along its parameter's tangent).
 
-Measured per case: wall time of each tool's whole call (median of up to `--repeats` runs, the two
-tools alternating so that load from other processes hits both alike; repeats stop once a tool has
-spent `--budget` s on the case), iterations (`mujoco.sysid`: steps taken, its optimizer trace less
-the final entry; diffsim: `nit`, rejected trial steps included), rollouts (`mujoco.sysid`: residual
+Measured per case and tool: wall time of the whole call (median of up to `--repeats` runs, the tools
+alternating so that load from other processes hits all alike; repeats stop once a tool has spent
+`--budget` s on the case), iterations (`mujoco.sysid`: steps taken, its optimizer trace less the
+final entry; diffsim: `nit`, rejected trial steps included), rollouts (`mujoco.sysid`: residual
 evaluations, each `ntraj` rollouts, including the finite-difference Jacobian at the solution that
-`optimize` always computes; diffsim: linearized rollouts of all worlds), the largest relative parameter
-error against the truth, and the ratio `mujoco.sysid time / diffsim time` (above 1: diffsim
-faster). diffsim's kernel compilation (first MJWarp use of the model in this process; cached in
-`~/.cache/warp` across processes, so "compile" can be mere module loading) is measured apart, on a
-tiny identification run twice before the cases: first time minus second time.
+`optimize` always computes; diffsim: linearized rollouts of all worlds), the largest relative
+parameter error against the truth, the ratio `mujoco.sysid time / tool time` (above 1: diffsim
+faster), and for diffsim whether it reports convergence and the largest |error| / std (its error
+bars are honest where this stays below about 3). diffsim's kernel compilation (first MJWarp use of
+the model in this process; cached in `~/.cache/warp` across processes, so "compile" can be mere
+module loading) is measured apart, on a tiny identification run twice before the cases: first
+time minus second time.
 
-Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--steps 300] [--repeats 3]`.
-Prints a Markdown table and writes `benchmarks/results/sysid_<device>.json` after every case.
-`--quick`: 1 and 2 trajectories of 40 steps, at most 5 iterations (a check that it runs, well under
-a minute warm).
+Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--limits-ntraj 32] [--repeats 3]`.
+Prints a Markdown table (one line per case and tool) and writes `benchmarks/results/sysid_<device>.json`
+after every case. `--quick`: 1 and 2 trajectories of 40 steps and 4 of 200 at the limits, at most 5
+iterations (a check that it runs, well under a minute warm).
 
 Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
-4 minutes, nothing else running; absolute times carry that machine's load, which varied by ~25%
-between this session's runs, so read the ratios within a row):
-
-  traj  steps  params  mujoco.sysid  diffsim  sysid/diffsim  directional  sysid/dir.  iterations   rollouts (worlds)            rel.err sysid/diffsim/dir.
-  1     300    10      0.129 s       0.47 s   0.27           0.39 s       0.33        5 / 4 / 5    66x1 / 5 (21) / 6 (11)       1.0e-14 / 9.8e-07 / 1.1e-06
-  64    300    10      9.43 s        19.6 s   0.48           10.5 s       0.90        5 / 4 / 4    76x64 / 5 (1344) / 5 (704)   3.6e-15 / 3.3e-07 / 7.9e-07
-
-(diffsim compile, reported apart: 1.8 s.) On the CPU diffsim misses both targets of issue #4
-(parity on 1 trajectory, 10x faster on 64): the default is 3.7x slower than `mujoco.sysid` on one
-trajectory and 2.1x on 64; the directional Jacobian 3x and 1.1x.
-  - History (same benchmark): the first version took 31.6 s and 99 s; capturing the linearized
-    rollout once and replaying it (an MJWarp step launched from Python costs ~8 ms of launch
-    overhead on the CPU; replayed, ~0.1 ms), with its step captured once and replayed `nstep`
-    times, forward differences and no control lanes brought it to the figures above.
-  - 1 trajectory (profiled, directional, 0.38 s): 0.24 s in 6 x 304 graph replays (~0.13 ms per
-    step of 11 worlds), 0.09 s in `set_const` after each armature change (launched from Python: it
-    allocates, so no graph can hold it), 0.08 s capture, 0.13 s building the scene and MJWarp Data.
-  - 64 trajectories: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on
-    one thread (~100k world-steps/s here) is below MuJoCo C's on two (`mujoco.sysid`'s rollouts run
-    on all threads). diffsim simulates 1 + 20 (directional: 1 + 10) worlds per trajectory against
-    `mujoco.sysid`'s 1 + 10 rollouts per evaluation, but needs fewer evaluations (5 against 76).
-    Two Warp CPU graphs replayed from two Python threads at once abort in Warp's tile arena (not
-    thread-safe), so the second core stays idle.
-  - Accuracy: all land on the truth; diffsim to float32 resolution (~1e-7..1e-6 relative),
-    `mujoco.sysid` to float64's.
-The targets are meant for a GPU, where the 21 x 64 worlds of a step run in parallel; run this file
-with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
+14 minutes; shared with other jobs, so read the ratios within a case; the table is in
+`benchmarks/results/cpu.md`, the rows in `benchmarks/results/sysid_cpu.json`):
+  - smooth, 1 and 64 trajectories: all land on the truth, diffsim to float32 resolution
+    (3.7e-7..1.1e-6 relative, the truth within 0.8 std), `mujoco.sysid` to float64's. diffsim's
+    default takes 0.95 s and 32.4 s against `mujoco.sysid`'s 0.17 s and 14.3 s, the directional
+    Jacobian 0.55 s and 14.3 s (`mujoco.sysid`'s time on 64). The previous figures (0.47 s
+    and 19.6 s) predate the guard lanes of models with limits (`diffsim/step.py`): 26 lanes per
+    world instead of 21, and 6 iterations instead of 4 on one trajectory; on smooth data the
+    convergence test adds no rollout (identify with the previous `sysid.py` on the same step code
+    takes the same iterations and time).
+  - at the limits, 32 trajectories of 1 s, 8 of them reaching a limit: `mujoco.sysid` 12.8 s, exact;
+    diffsim's default 108 s, 2.8e-7 from the truth, converged; "forward" alone stalls 1.4e-4 away
+    (85.4 s) and says so (not converged); "directional" alone converges linearly, to 4.1e-7 in 45
+    iterations (68.1 s), and is not converged either: the forward Jacobian's step from there still
+    lowers the cost 18-fold.
+  - On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64).
+    Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on one thread is
+    below MuJoCo C's on two (`mujoco.sysid`'s rollouts run on all threads); diffsim simulates 1 +
+    25 (directional: 1 + 10) worlds per trajectory against `mujoco.sysid`'s 1 + 10 rollouts per
+    evaluation, but needs fewer evaluations. Two Warp CPU graphs replayed from two Python threads at
+    once abort in Warp's tile arena (not thread-safe), so the second core stays idle.
+The targets are meant for a GPU, where the lanes of all worlds of a step run in parallel; run this
+file with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
 """
 
 from __future__ import annotations
@@ -158,8 +165,12 @@ class Problem:
     ntraj: number of trajectories, each with its own excitation.
     steps: simulation steps per trajectory (`T = steps + 1` rows).
     kinds: `("armature", "damping")` or a subset: the unknowns, per joint.
-    scale: initial guess = truth * scale.
+    scale: initial guess = truth * scale, within bounds [guess / 10, guess * 10].
     seed: seed of the excitation.
+    limits: every fourth trajectory is driven onto a joint limit (its excitation, 4-10 times
+      stronger, redrawn until a joint reaches +-3.14 rad), the others stay clear of the limits
+      (redrawn until they do); the initial guess is then 0.01 for every unknown, within bounds
+      [0.001, 1] (issue 16's setting). Without: every trajectory must stay clear (else an error).
 
   Attributes:
     mjm: the true model.
@@ -170,34 +181,51 @@ class Problem:
     sensordata: `(ntraj, T, nsensordata)`; row k from the state at `time[k]` (as `mj_step` computes it).
     state0: `(nstate,)` the initial `mjSTATE_FULLPHYSICS` state (at rest at `qpos0`).
     weight: `(nsensordata,)` residual scale per sensor column (see the module docstring).
+    at_limit: `(ntraj,)` samples at which a joint is within 1 mrad of a limit, per trajectory.
   """
 
-  def __init__(self, ntraj: int, steps: int, kinds=("armature", "damping"), scale: float = 1.3, seed: int = 0):
+  def __init__(self, ntraj: int, steps: int, kinds=("armature", "damping"), scale: float = 1.3, seed: int = 0,
+               limits: bool = False):
     mjm = mujoco.MjModel.from_xml_string(ARM_XML)
-    self.mjm, self.kinds = mjm, tuple(kinds)
+    self.mjm, self.kinds, self.limits = mjm, tuple(kinds), bool(limits)
     field = {"armature": mjm.dof_armature, "damping": mjm.dof_damping}
     self.truth = np.concatenate([np.array(field[k], dtype=np.float64) for k in self.kinds])
-    self.guess = self.truth * scale
-    self.lower, self.upper = self.guess / 10.0, self.guess * 10.0
+    if limits:
+      self.guess = np.full_like(self.truth, 0.01)
+      self.lower, self.upper = np.full_like(self.truth, 1e-3), np.full_like(self.truth, 1.0)
+    else:
+      self.guess = self.truth * scale
+      self.lower, self.upper = self.guess / 10.0, self.guess * 10.0
     dt, T = float(mjm.opt.timestep), steps + 1
     self.time = np.arange(T) * dt
     rng = np.random.default_rng(seed)
-    ctrl = np.zeros((ntraj, T, mjm.nu))
-    for i in range(ntraj):
-      for _ in range(2):
-        amp = _AMPLITUDE * rng.uniform(0.3, 0.6, mjm.nu)
-        freq = rng.uniform(0.5, 3.0, mjm.nu)
-        phase = rng.uniform(0.0, 2.0 * np.pi, mjm.nu)
-        ctrl[i] += amp * np.sin(2.0 * np.pi * freq * self.time[:, None] + phase)
-    self.ctrl = ctrl
     data = mujoco.MjData(mjm)
     self.state0 = np.zeros(mujoco.mj_stateSize(mjm, mujoco.mjtState.mjSTATE_FULLPHYSICS))
     mujoco.mj_getState(mjm, data, self.state0, mujoco.mjtState.mjSTATE_FULLPHYSICS)
-    # sensordata[:, k] is computed inside step k from state k: rows 0..T-1 match time[0..T-1]
-    state, self.sensordata = mujoco.rollout.rollout(mjm, data, np.tile(self.state0, (ntraj, 1)), ctrl)
-    self.qpos_max = float(np.abs(state[:, :, 1:1 + mjm.nq]).max())
-    if self.qpos_max > 3.0:
-      raise RuntimeError(f"the excitation drives a joint to {self.qpos_max:.2f} rad, at the joint limits (3.14)")
+    limit = float(mjm.jnt_range[:, 1].min())
+    ctrl, sensordata, at_limit = np.zeros((ntraj, T, mjm.nu)), np.zeros((ntraj, T, mjm.nsensordata)), []
+    for i in range(ntraj):
+      onto = limits and i % 4 == 3
+      for _ in range(1000):
+        gain = rng.uniform(4.0, 10.0) if onto else 1.0
+        c = np.zeros((T, mjm.nu))
+        for _ in range(2):
+          amp = _AMPLITUDE * rng.uniform(0.3, 0.6, mjm.nu) * gain
+          freq = rng.uniform(0.5, 3.0, mjm.nu)
+          phase = rng.uniform(0.0, 2.0 * np.pi, mjm.nu)
+          c += amp * np.sin(2.0 * np.pi * freq * self.time[:, None] + phase)
+        # sensordata[k] is computed inside step k from state k: rows 0..T-1 match time[0..T-1]
+        state, sens = mujoco.rollout.rollout(mjm, data, self.state0[None], c[None])
+        qmax = float(np.abs(state[0, :, 1:1 + mjm.nq]).max())
+        if not limits or (qmax > limit - 1e-3) == onto and (onto or qmax <= 3.0):
+          break
+      else:
+        raise RuntimeError(f"no excitation found for trajectory {i} ({'onto' if onto else 'clear of'} the limits)")
+      if not limits and qmax > 3.0:
+        raise RuntimeError(f"the excitation drives a joint to {qmax:.2f} rad, at the joint limits (3.14)")
+      ctrl[i], sensordata[i] = c, sens[0]
+      at_limit.append(int((np.abs(state[0, :, 1:1 + mjm.nq]) > limit - 1e-3).any(axis=1).sum()))
+    self.ctrl, self.sensordata, self.at_limit = ctrl, sensordata, at_limit
     # mujoco.sysid's normalize_residual, |column| / sqrt(2), pooled over the trajectories
     norm2 = np.mean(np.sum(self.sensordata ** 2, axis=1), axis=0)
     self.weight = np.sqrt(2.0) / np.sqrt(norm2)
@@ -262,7 +290,7 @@ def run_mujoco_sysid(prob: Problem, iters: int) -> dict:
           "fun": float(res.extras["objective"][-1])}
 
 
-def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "forward") -> dict:
+def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> dict:
   """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian`."""
   from diffsim import sysid
 
@@ -284,7 +312,7 @@ def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "forward") ->
                          iters=iters, device=device, out=None, plots=False, jacobian=jacobian)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
-          "fun": res.fun, "sim_worlds": res.sim_worlds}
+          "fun": res.fun, "sim_worlds": res.sim_worlds, "success": res.success, "std": res.theta_std}
 
 
 def compile_time(kinds, device) -> float:
@@ -296,23 +324,32 @@ def compile_time(kinds, device) -> float:
   return max(first - again, 0.0)
 
 
+# diffsim's residual Jacobians, by column name: the default ("auto"), and each alone
+JACOBIANS = {"diffsim": "auto", "forward": "forward", "directional": "directional"}
+
+
 def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: int, budget: float, seed: int = 0,
-               scale: float = 1.3) -> dict:
-  """Both tools on one problem; see the module docstring for what each field means.
+               scale: float = 1.3, limits: bool = False) -> dict:
+  """`mujoco.sysid` and diffsim's Jacobians on one problem; see the module docstring for the fields.
 
   Args:
-    ntraj, steps, kinds, scale, seed: the problem (see `Problem`).
+    ntraj, steps, kinds, scale, seed, limits: the problem (see `Problem`).
     iters: maximum iterations of both solvers.
     device: diffsim's Warp device.
     repeats: timed runs per tool at most (alternating tools).
     budget: seconds per tool after which no further repeat starts.
 
   Returns:
-    One row: times, iterations, rollouts, errors and final costs of both tools.
+    One row: times, iterations, rollouts, errors, final costs and (diffsim) convergence and the
+    largest |error| / std of every tool. Smooth problems run diffsim's default and "directional"
+    (the default is "forward" there: no constraint switch asks for a second opinion); with
+    `limits`, "forward" alone too.
   """
-  prob = Problem(ntraj, steps, kinds, scale=scale, seed=seed)
-  fns = {"sysid": lambda: run_mujoco_sysid(prob, iters), "diffsim": lambda: run_diffsim(prob, iters, device),
-         "directional": lambda: run_diffsim(prob, iters, device, jacobian="directional")}
+  prob = Problem(ntraj, steps, kinds, scale=scale, seed=seed, limits=limits)
+  fns = {"sysid": lambda: run_mujoco_sysid(prob, iters)}
+  for tool, jac in JACOBIANS.items():
+    if limits or tool != "forward":
+      fns[tool] = lambda jac=jac: run_diffsim(prob, iters, device, jacobian=jac)
   runs = {tool: [] for tool in fns}
   spent = {tool: 0.0 for tool in fns}
   for rep in range(max(repeats, 1)):
@@ -322,7 +359,8 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
         runs[tool].append(out)
         spent[tool] += out["wall"]
   row = {"model": "arm5", "ntraj": ntraj, "steps": steps, "nparam": prob.truth.size, "params": "+".join(kinds),
-         "device": str(wp.get_device(device)), "iters_max": iters, "scale": scale,
+         "device": str(wp.get_device(device)), "iters_max": iters, "scale": scale, "limits": limits,
+         "guess": [float(v) for v in prob.guess], "at_limit": prob.at_limit,
          "sysid_nthread": os.cpu_count() or 1}
   for tool, rs in runs.items():
     last = rs[-1]
@@ -334,33 +372,49 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     row[f"{tool}_fun"] = float(last["fun"])
     row[f"{tool}_message"] = str(last["message"])
     row[f"{tool}_theta"] = [float(v) for v in last["theta"]]
-  # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
-  row["diffsim_worlds"] = int(runs["diffsim"][-1]["sim_worlds"])
-  row["directional_worlds"] = int(runs["directional"][-1]["sim_worlds"])
-  row["speedup"] = row["sysid_s"] / row["diffsim_s"]
-  row["directional_speedup"] = row["sysid_s"] / row["directional_s"]
+    if tool != "sysid":
+      # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
+      row[f"{tool}_worlds"] = int(last["sim_worlds"])
+      row[f"{tool}_success"] = bool(last["success"])
+      # how far the truth lies outside the reported error bars (<= 3: honest)
+      row[f"{tool}_z"] = float(np.max(np.abs(np.asarray(last["theta"]) - prob.truth) / np.asarray(last["std"])))
+      row[f"{tool}_speedup"] = row["sysid_s"] / row[f"{tool}_s"]
+  row["speedup"] = row["diffsim_speedup"]
   return row
 
 
 def table(rows: list[dict]) -> str:
-  head = ("| trajectories | steps | params | mujoco.sysid (s) | diffsim (s) | sysid / diffsim | diffsim directional (s) | "
-          "sysid / directional | diffsim compile (s) | iterations sysid / diffsim / directional | "
-          "rollouts sysid / diffsim (worlds) / directional (worlds) | max rel. error sysid / diffsim / directional |")
-  lines = [head, "|" + "---|" * 12]
+  """One line per problem and tool (rows written before the per-tool columns show what they have)."""
+  head = ("| problem | trajectories x steps | params | tool | time (s) | mujoco.sysid / tool time | iterations | "
+          "rollouts (worlds) | max rel. error | max abs. error / std | converged |")
+  lines = [head, "|" + "---|" * 11]
+  names = {"sysid": "mujoco.sysid", "diffsim": "diffsim (default)", "forward": "diffsim forward",
+           "directional": "diffsim directional"}
   for r in rows:
-    lines.append(
-      f"| {r['ntraj']} | {r['steps']} | {r['nparam']} | {r['sysid_s']:.3g} | {r['diffsim_s']:.3g} | "
-      f"{r['speedup']:.3g} | {r['directional_s']:.3g} | {r['directional_speedup']:.3g} | "
-      f"{r.get('diffsim_compile_s', float('nan')):.1f} | {r['sysid_nit']} / {r['diffsim_nit']} / {r['directional_nit']} | "
-      f"{r['sysid_nfev']}x{r['ntraj']} / {r['diffsim_nfev']} ({r['diffsim_worlds']}) / {r['directional_nfev']} "
-      f"({r['directional_worlds']}) | {r['sysid_err']:.1e} / {r['diffsim_err']:.1e} / {r['directional_err']:.1e} |")
+    if r.get("limits"):
+      problem = f"{sum(1 for a in r['at_limit'] if a)} of {r['ntraj']} at limits, from {r['guess'][0]:g}"
+    else:
+      problem = f"smooth, from truth x {r.get('scale', 1.3):g}"
+    for tool, label in names.items():
+      if f"{tool}_s" not in r:
+        continue
+      ratio = "" if tool == "sysid" else f"{r['sysid_s'] / r[f'{tool}_s']:.3g}"
+      rollouts = f"{r[f'{tool}_nfev']}x{r['ntraj']}" if tool == "sysid" else \
+        f"{r[f'{tool}_nfev']} ({r.get(f'{tool}_worlds', '?')})"
+      z = f"{r[f'{tool}_z']:.2g}" if f"{tool}_z" in r else ""
+      ok = "" if f"{tool}_success" not in r else ("yes" if r[f"{tool}_success"] else "no")
+      lines.append(f"| {problem} | {r['ntraj']} x {r['steps']} | {r['nparam']} | {label} | {r[f'{tool}_s']:.3g} | "
+                   f"{ratio} | {r[f'{tool}_nit']} | {rollouts} | {r[f'{tool}_err']:.1e} | {z} | {ok} |")
+  if rows and "diffsim_compile_s" in rows[0]:
+    lines.append(f"\n(diffsim compile, reported apart: {rows[0]['diffsim_compile_s']:.1f} s)")
   return "\n".join(lines)
 
 
 def main(argv=None) -> list[dict]:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--device", default=None, help="diffsim's device: cpu or cuda:0 (default: cuda:0 if available)")
-  parser.add_argument("--ntraj", nargs="+", type=int, default=[1, 64], help="trajectory counts, one case each")
+  parser.add_argument("--ntraj", nargs="*", type=int, default=[1, 64],
+                      help="trajectory counts of the smooth case, one case each (none: skip it)")
   parser.add_argument("--steps", type=int, default=300, help="simulation steps per trajectory")
   parser.add_argument("--nstep", type=int, default=None,
                       help="ignored (benchmarks.run passes its rollout length); use --steps")
@@ -371,7 +425,13 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--budget", type=float, default=120.0,
                       help="no further repeats of a tool once it has spent this many seconds on a case")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--quick", action="store_true", help="1 and 2 trajectories of 40 steps, <= 5 iterations")
+  parser.add_argument("--limits-ntraj", nargs="*", type=int, default=[32],
+                      help="trajectory counts of the case at the joint limits (issue 16: every fourth trajectory "
+                           "driven onto a limit, armatures from 0.01); none: skip it")
+  parser.add_argument("--limits-steps", type=int, default=500, help="simulation steps per trajectory at the limits")
+  parser.add_argument("--limits-iters", type=int, default=50, help="maximum iterations of both solvers at the limits")
+  parser.add_argument("--quick", action="store_true",
+                      help="1 and 2 trajectories of 40 steps, and 4 of 200 at the limits, <= 5 iterations")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
   try:
@@ -384,15 +444,19 @@ def main(argv=None) -> list[dict]:
     wp.config.log_level = wp.LOG_WARNING
   if args.quick:
     args.ntraj, args.steps, args.iters, args.repeats = [1, 2], 40, 5, 1
+    args.limits_ntraj, args.limits_steps, args.limits_iters = [4], 200, 5
   kinds = PARAM_SETS[args.params]
   compile_s = compile_time(kinds, args.device)
   rows = []
-  for n in args.ntraj:
-    row = bench_case(n, args.steps, kinds=kinds, iters=args.iters, device=args.device, repeats=args.repeats,
-                     budget=args.budget, seed=args.seed, scale=args.scale)
+  cases = [(n, args.steps, kinds, args.iters, False) for n in args.ntraj] + \
+          [(n, args.limits_steps, ("armature",), args.limits_iters, True) for n in args.limits_ntraj]
+  for n, steps, knd, iters, limits in cases:
+    row = bench_case(n, steps, kinds=knd, iters=iters, device=args.device, repeats=args.repeats,
+                     budget=args.budget, seed=args.seed, scale=args.scale, limits=limits)
     row["diffsim_compile_s"] = compile_s
     rows.append(row)
-    print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    print("\n".join(ln for ln in table(rows[-1:]).splitlines()[2:] if ln.startswith("|")), file=sys.stderr,
+          flush=True)
     # after every case: a run stopped by a timeout keeps the cases it finished
     write_json(os.path.join(args.out, f"sysid_{rows[0]['device'].replace(':', '')}.json"),
                {"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows})

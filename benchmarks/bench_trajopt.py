@@ -201,6 +201,7 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
       "iters_to_threshold": None if hits[rtol] is None else hits[rtol][0],
       "time_to_2x_s": None if hits[1.0] is None else hits[1.0][1],
       "iters_to_2x": None if hits[1.0] is None else hits[1.0][0],
+      "initial_cost_median": float(np.median(res.history[0])),
       "final_cost_median": float(np.median(res.fun)), "final_cost_max": float(np.max(res.fun)),
       "success_rate": float(np.mean(ok)),
       **{f"{k}_per_iter": v for k, v in traffic.items()},

@@ -8,12 +8,14 @@ reported as failed and the others still run):
                gradient cost (forward+backward over forward, and per perturbation lane); compile time;
                cart-pole, SO-101 and MJWarp's humanoid (contact-rich)
   determinism  captured forward and gradient time with `set_deterministic` off and on, and whether
-               replays are bitwise equal; cart-pole and SO-101 (self-collision) at the largest size
+               replays are bitwise equal; cart-pole and the humanoid (contacts) at the largest size
                (64 worlds on the CPU, where kernels run sequentially and repeat anyway)
   mjx          the same gradient with `jax.grad` through `mjx.step` (needs `diffsim[jax]`, mujoco-mjx)
   trajopt      time to reach a cost threshold per solver (cart-pole swing-up, SO-101 reach); host
                reads, writes, Python launches and graph replays per optimizer iteration
   sysid        diffsim vs `mujoco.sysid` on the same data, 1 and 64 trajectories (needs mujoco[sysid])
+  contact      gradient error against float64 MuJoCo C, unresolved constraint switches, memory and time
+               over MuJoCo Warp's own test models (2 worlds, 20 steps; each model in its own process)
 
 Writes `benchmarks/results/<device>.json` and `<device>.md` after every section (temp file, then
 rename), so an interrupted run keeps the sections it finished.
@@ -32,7 +34,7 @@ import warp as wp
 
 from benchmarks import bench_rollout
 
-SECTIONS = ("rollout", "determinism", "mjx", "trajopt", "sysid")
+SECTIONS = ("rollout", "determinism", "mjx", "trajopt", "sysid", "contact")
 
 
 def _section(module: str, argv: list[str]):
@@ -64,7 +66,7 @@ def main(argv=None) -> dict:
   parser.add_argument("--nstep", type=int, default=50)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-  parser.add_argument("--determinism-models", nargs="+", default=["cartpole", "so101"],
+  parser.add_argument("--determinism-models", nargs="+", default=["cartpole", "humanoid"],
                       choices=list(bench_rollout.MODELS))
   parser.add_argument("--determinism-size", type=int, default=None,
                       help="worlds of the determinism section (default: the largest --sizes on a GPU; 64 on the "
@@ -102,9 +104,10 @@ def main(argv=None) -> dict:
     "mjx": ("bench_mjx", ["--nstep", str(args.mjx_nstep)] + common[2:] + sizes),
     "trajopt": ("bench_trajopt", common + (["--quick"] if args.quick else [])),
     "sysid": ("bench_sysid", common + (["--quick"] if args.quick else [])),
+    "contact": ("bench_contact_gradients", common[4:] + (["--quick"] if args.quick else [])),  # --out, --device
   }
   titles = {"rollout": "Rollout and gradient throughput", "determinism": "Determinism", "mjx": "mjx",
-            "trajopt": "trajopt", "sysid": "sysid"}
+            "trajopt": "trajopt", "sysid": "sysid", "contact": "Gradients through contact (MJWarp test models)"}
 
   def markdown() -> list[str]:
     md = []
@@ -147,7 +150,8 @@ def _text(name: str, rows) -> str:
     return rows
   if name == "determinism":
     return bench_rollout.determinism_table(rows)
-  module = {"rollout": "bench_rollout", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid"}[name]
+  module = {"rollout": "bench_rollout", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid",
+            "contact": "bench_contact_gradients"}[name]
   return importlib.import_module(f"benchmarks.{module}").table(rows)
 
 

@@ -72,9 +72,12 @@ def _add_sysid(sub) -> None:
   p.add_argument("--no-normalize", action="store_true",
                  help="do not divide each signal by its spread (weights then carry the units)")
   p.add_argument("--solver", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
-  p.add_argument("--jacobian", choices=("forward", "directional"), default="forward",
-                 help="LM's residual Jacobian: step Jacobians propagated forward (default), or forward mode with "
-                      "a lane per parameter (faster with few parameters, less precise on constrained models)")
+  p.add_argument("--jacobian", choices=("auto", "forward", "directional"), default="auto",
+                 help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
+                      "parameter (faster with few parameters, less precise on constrained models); auto (default): "
+                      "forward, taking directional's step where that lowers the cost further (recordings that reach "
+                      "joint limits or make contact). Where trajectories cross such switches, each checks the "
+                      "other's convergence")
   p.add_argument("--iters", type=int, default=30, help="maximum iterations (default 30)")
   p.add_argument("--lr", type=float, default=None, help="Adam step, relative to each parameter (default 0.05)")
   p.add_argument("--shooting", type=int, default=None, metavar="K",
@@ -137,6 +140,8 @@ def _run_sysid(args) -> int:
           file=sys.stderr)
     return 3
   print(res.summary() + f"; wrote {os.path.join(args.out, 'params.json')}")
+  if not res.success:  # why, and what to try (the summary says only that it did not converge)
+    print(f"diffsim sysid: {res.message.split('; warning: ')[0]}", file=sys.stderr)
   return 0 if res.success else 1
 
 

@@ -77,18 +77,23 @@ def mujoco_rollout(mjm: mujoco.MjModel, ctrl: np.ndarray, *, qpos0=None, qvel0=N
 
 @dataclass
 class GradCheck:
-  """Per input: tape gradient, finite-difference gradient and relative error `|g - g_fd| / |g_fd|`."""
+  """Per input: tape gradient and finite-difference gradient, `(nchecked, ...)` (one row per checked
+  world), and the relative error `|g - g_fd| / |g_fd|`, the largest over the checked worlds
+  (`rel_err_by_world` has each)."""
 
+  worlds: list[int] = field(default_factory=list)
   tape: dict[str, np.ndarray] = field(default_factory=dict)
   fd: dict[str, np.ndarray] = field(default_factory=dict)
   rel_err: dict[str, float] = field(default_factory=dict)
+  rel_err_by_world: dict[str, np.ndarray] = field(default_factory=dict)
 
   @property
   def max_rel_err(self) -> float:
     return max(self.rel_err.values())
 
   def __str__(self) -> str:
-    return ", ".join(f"{k}: rel err {v:.2e} (|g|={np.linalg.norm(self.fd[k]):.3g})" for k, v in self.rel_err.items())
+    return ", ".join(f"{k}: rel err {v:.2e} (|g|={np.linalg.norm(self.fd[k][0]):.3g}, worlds {self.worlds})"
+                     for k, v in self.rel_err.items())
 
 
 @wp.kernel
@@ -103,102 +108,134 @@ def _linear_functional(
   wp.atomic_add(loss, 0, weights[w, k, i] * a[w, k, i])
 
 
+def _per_world(x, n: int, width_ndim: int, name: str) -> np.ndarray:
+  """`x` with a leading world axis: shared (`width_ndim` dims) or per world (one more)."""
+  x = np.asarray(x, dtype=np.float64)
+  if x.ndim == width_ndim:
+    return np.broadcast_to(x, (n,) + x.shape).copy()
+  if x.ndim == width_ndim + 1 and x.shape[0] == n:
+    return x.copy()
+  raise ValueError(f"{name} must have {width_ndim} dimensions (shared by all worlds) or {width_ndim + 1} with "
+                   f"nworld={n} first, got shape {x.shape}")
+
+
 def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: Sequence[Param] = (),
-                    wrt: Sequence[str] = ("ctrl", "qpos0", "qvel0", "params"), world: int = 0, seed: int = 0,
-                    h: float = 1e-6, eps: float | dict | None = None, signals: Sequence[str] = ("qpos", "qvel", "act", "sensordata"),
+                    wrt: Sequence[str] = ("ctrl", "qpos0", "qvel0", "params"), worlds: Sequence[int] | None = None,
+                    spread: float = 0.05, seed: int = 0, h: float = 1e-6, eps: float | dict | None = None,
+                    central: bool = True,
+                    signals: Sequence[str] = ("qpos", "qvel", "act", "sensordata"),
                     ) -> GradCheck:
   """Compares tape gradients of a random trajectory functional with float64 MuJoCo differences.
 
+  Every world gets its own inputs and its own functional, and each checked world is compared with
+  its own float64 reference, so a kernel that mixes worlds (reads another world's Jacobian, state
+  or adjoint) fails the check.
+
   Args:
-    scene: the `Scene` (every world gets the same inputs; `world` is checked).
-    ctrl: `(nstep, nu)` controls.
-    qpos0, qvel0: `(nq,)`, `(nv,)` initial state (defaults: `qpos0` of the model, zeros).
-      Quaternion gradients are compared in the tangent space (radial part dropped).
-    params: `Param`s, evaluated at their current value in `world`.
+    scene: the `Scene`.
+    ctrl: `(nstep, nu)` controls shared by all worlds, or `(nworld, nstep, nu)` per world. Shared
+      controls and velocities are made distinct: world `w > 0` adds `spread * N(0, 1)` (seeded).
+    qpos0, qvel0: `(nq,)`, `(nv,)` (or with a leading `nworld` axis) initial state (defaults:
+      `qpos0` of the model, zeros). Quaternion gradients are compared in the tangent space (radial
+      part dropped).
+    params: `Param`s, evaluated at their current value in each world.
     wrt: inputs to check, from `"ctrl"`, `"qpos0"`, `"qvel0"`, `"params"`.
-    world: world whose gradient is compared.
-    seed: seed of the random weights.
+    worlds: worlds compared with the reference (default: all).
+    spread: size of the per-world offsets of shared controls and velocities (ctrl units, rad/s or m/s).
+    seed: seed of the random weights and offsets.
     h: finite-difference step of the float64 reference.
-    eps: diffsim's own finite-difference step (see `FiniteDifferenceStep`).
+    eps, central: diffsim's own finite-difference steps and scheme (see `FiniteDifferenceStep`).
     signals: trajectory arrays entering the functional.
 
   Returns:
     A `GradCheck`.
   """
-  ctrl = np.asarray(ctrl, dtype=np.float64)
-  nstep = ctrl.shape[0]
   n, dev = scene.nworld, scene.device
-  qpos0 = scene.mjm.qpos0.copy() if qpos0 is None else np.asarray(qpos0, dtype=np.float64)
-  qvel0 = np.zeros(scene.nv) if qvel0 is None else np.asarray(qvel0, dtype=np.float64)
+  worlds = list(range(n)) if worlds is None else [int(w) for w in worlds]
+  if not worlds or any(not 0 <= w < n for w in worlds):
+    raise ValueError(f"worlds must name worlds of the scene (0..{n - 1}), got {worlds}")
   rng = np.random.default_rng(seed)
+  shared_ctrl = np.ndim(ctrl) == 2
+  ctrl = _per_world(ctrl, n, 2, "ctrl")
+  nstep = ctrl.shape[1]
+  shared_qvel = qvel0 is None or np.ndim(qvel0) == 1
+  qpos0 = _per_world(scene.mjm.qpos0 if qpos0 is None else qpos0, n, 1, "qpos0")
+  qvel0 = _per_world(np.zeros(scene.nv) if qvel0 is None else qvel0, n, 1, "qvel0")
+  if shared_ctrl:
+    ctrl[1:] += spread * rng.standard_normal(ctrl[1:].shape)
+  if shared_qvel:
+    qvel0[1:] += spread * rng.standard_normal(qvel0[1:].shape)
   sizes = {"qpos": scene.nq, "qvel": scene.nv, "act": scene.na, "sensordata": scene.nsensordata}
-  weights = {s: rng.standard_normal((nstep + 1, sizes[s])) / np.sqrt(nstep + 1) for s in signals}
+  # a functional per world; worlds not checked stay in the loss, so their adjoints run alongside
+  weights = {s: rng.standard_normal((n, nstep + 1, sizes[s])) / np.sqrt(nstep + 1) for s in signals}
 
   # tape gradient
-  tile = lambda x: np.tile(x.astype(np.float32), (n,) + (1,) * x.ndim)
-  ctrl_wp = wp.array(tile(ctrl), dtype=float, device=dev, requires_grad=True)
-  qpos0_wp = wp.array(tile(qpos0), dtype=float, device=dev, requires_grad=True)
-  qvel0_wp = wp.array(tile(qvel0), dtype=float, device=dev, requires_grad=True)
+  f32 = lambda x: x.astype(np.float32)
+  ctrl_wp = wp.array(f32(ctrl), dtype=float, device=dev, requires_grad=True)
+  qpos0_wp = wp.array(f32(qpos0), dtype=float, device=dev, requires_grad=True)
+  qvel0_wp = wp.array(f32(qvel0), dtype=float, device=dev, requires_grad=True)
   for p in params:
     p.bind(scene)
     p.value.grad.zero_()
   loss = wp.zeros(1, dtype=float, device=dev, requires_grad=True)
-  w_wp = {s: wp.array(tile(weights[s]), dtype=float, device=dev) for s in signals}
-  # only `world` enters the loss
-  for s in signals:
-    mask = np.zeros((n, 1, 1), np.float32)
-    mask[world] = 1.0
-    w_wp[s] = wp.array(w_wp[s].numpy() * mask, dtype=float, device=dev)
+  w_wp = {s: wp.array(f32(weights[s]), dtype=float, device=dev) for s in signals}
   tape = wp.Tape()
   with tape:
-    traj = rollout(scene, ctrl_wp, qpos0=qpos0_wp, qvel0=qvel0_wp, params=list(params), eps=eps)
+    traj = rollout(scene, ctrl_wp, qpos0=qpos0_wp, qvel0=qvel0_wp, params=list(params), eps=eps,
+                   central=central)
     for s in signals:
       if sizes[s]:
         wp.launch(_linear_functional, dim=(n, nstep + 1, sizes[s]), inputs=[getattr(traj, s), w_wp[s]],
                   outputs=[loss], device=dev)
   tape.backward(loss)
-  res = GradCheck()
-  tape_grads = {"ctrl": ctrl_wp.grad.numpy()[world], "qpos0": qpos0_wp.grad.numpy()[world],
-                "qvel0": qvel0_wp.grad.numpy()[world]}
+  tape_grads = {"ctrl": ctrl_wp.grad.numpy().copy(), "qpos0": qpos0_wp.grad.numpy().copy(),
+                "qvel0": qvel0_wp.grad.numpy().copy()}
   for p in params:
-    tape_grads[p.name] = p.value.grad.numpy()[world].copy()  # the Param keeps its grad array
+    tape_grads[p.name] = p.value.grad.numpy().copy()  # the Param keeps its grad array
 
-  # float64 reference
-  values = {p: p.value.numpy()[world].astype(np.float64) for p in params}
+  # float64 reference, world by world, with the float32 inputs the tape saw
+  res = GradCheck(worlds=worlds)
+  grads: dict[str, list] = {}
+  for w in worlds:
+    values = {p: p.value.numpy()[w].astype(np.float64) for p in params}
+    c_w, q_w, v_w = (f32(x[w]).astype(np.float64) for x in (ctrl, qpos0, qvel0))
+    wts = {s: weights[s][w] for s in signals}
 
-  def functional(ctrl_, qpos0_, qvel0_, values_) -> float:
-    mjm = _copy(scene.mjm)
-    set_mjmodel_params(mjm, values_)
-    out = mujoco_rollout(mjm, ctrl_, qpos0=qpos0_, qvel0=qvel0_)
-    return float(sum(np.sum(weights[s] * out[s]) for s in signals))
+    def functional(ctrl_, qpos0_, qvel0_, values_) -> float:
+      mjm = _copy(scene.mjm)
+      set_mjmodel_params(mjm, values_)
+      out = mujoco_rollout(mjm, ctrl_, qpos0=qpos0_, qvel0=qvel0_)
+      return float(sum(np.sum(wts[s] * out[s]) for s in signals))
 
-  def central(get, set_, size):
-    g = np.zeros(size)
-    for i in range(size):
-      x = get().copy()
-      step = h * max(1.0, abs(x.flat[i]))
-      xp, xm = x.copy(), x.copy()
-      xp.flat[i] += step
-      xm.flat[i] -= step
-      g[i] = (set_(xp) - set_(xm)) / (2 * step)
-    return g
+    def central(get, set_, size):
+      g = np.zeros(size)
+      for i in range(size):
+        x = get().copy()
+        step = h * max(1.0, abs(x.flat[i]))
+        xp, xm = x.copy(), x.copy()
+        xp.flat[i] += step
+        xm.flat[i] -= step
+        g[i] = (set_(xp) - set_(xm)) / (2 * step)
+      return g
 
-  for name in wrt:
-    if name == "ctrl":
-      g = central(lambda: ctrl, lambda x: functional(x, qpos0, qvel0, values), ctrl.size).reshape(ctrl.shape)
-      _add(res, "ctrl", tape_grads["ctrl"], g)
-    elif name == "qpos0":
-      g = central(lambda: qpos0, lambda x: functional(ctrl, x, qvel0, values), qpos0.size)
-      _add(res, "qpos0", tape_grads["qpos0"], _project_quats(scene.mjm, qpos0, g))
-    elif name == "qvel0":
-      _add(res, "qvel0", tape_grads["qvel0"], central(lambda: qvel0, lambda x: functional(ctrl, qpos0, x, values),
-                                                      qvel0.size))
-    elif name == "params":
-      for p in params:
-        g = central(lambda: values[p], lambda x: functional(ctrl, qpos0, qvel0, {**values, p: x}), p.dim)
-        _add(res, p.name, tape_grads[p.name], g)
-    else:
-      raise ValueError(f"unknown input {name!r}; choose from ctrl, qpos0, qvel0, params")
+    for name in wrt:
+      if name == "ctrl":
+        g = central(lambda: c_w, lambda x: functional(x, q_w, v_w, values), c_w.size).reshape(c_w.shape)
+        grads.setdefault("ctrl", []).append((tape_grads["ctrl"][w], g))
+      elif name == "qpos0":
+        g = central(lambda: q_w, lambda x: functional(c_w, x, v_w, values), q_w.size)
+        grads.setdefault("qpos0", []).append((tape_grads["qpos0"][w], _project_quats(scene.mjm, q_w, g)))
+      elif name == "qvel0":
+        g = central(lambda: v_w, lambda x: functional(c_w, q_w, x, values), v_w.size)
+        grads.setdefault("qvel0", []).append((tape_grads["qvel0"][w], g))
+      elif name == "params":
+        for p in params:
+          g = central(lambda: values[p], lambda x: functional(c_w, q_w, v_w, {**values, p: x}), p.dim)
+          grads.setdefault(p.name, []).append((tape_grads[p.name][w], g))
+      else:
+        raise ValueError(f"unknown input {name!r}; choose from ctrl, qpos0, qvel0, params")
+  for name, pairs in grads.items():
+    _add(res, name, np.stack([g for g, _ in pairs]), np.stack([g for _, g in pairs]))
   return res
 
 
@@ -216,9 +253,13 @@ def _project_quats(mjm: mujoco.MjModel, qpos: np.ndarray, g: np.ndarray) -> np.n
 
 
 def _add(res: GradCheck, name: str, g: np.ndarray, g_fd: np.ndarray) -> None:
+  """Records `(nchecked, ...)` gradients and their relative errors, world by world."""
   res.tape[name] = np.asarray(g, dtype=np.float64)
   res.fd[name] = g_fd
-  res.rel_err[name] = float(np.linalg.norm(g - g_fd) / max(np.linalg.norm(g_fd), 1e-12))
+  flat = lambda x: x.reshape(len(x), -1)
+  err = np.linalg.norm(flat(res.tape[name] - g_fd), axis=1) / np.maximum(np.linalg.norm(flat(g_fd), axis=1), 1e-12)
+  res.rel_err_by_world[name] = err
+  res.rel_err[name] = float(err.max())
 
 
 def _copy(mjm: mujoco.MjModel) -> mujoco.MjModel:

@@ -306,6 +306,23 @@ def _subtreemass(
   body_subtreemass_out[worldid, bodyid] = mass
 
 
+def _rows(arr: wp.array) -> wp.array:
+  """Float view `(batch, n)` of a contiguous float32 field array of any element type (no copy)."""
+  n = int(np.prod(arr.shape[1:])) * (wp.types.type_size_in_bytes(arr.dtype) // 4)
+  return wp.array(ptr=arr.ptr, shape=(arr.shape[0], n), dtype=float, device=arr.device, copy=False)
+
+
+@wp.kernel
+def _tile_row(
+  # In:
+  row: wp.array2d[float],  # (1, n)
+  # Out:
+  rows_out: wp.array2d[float],  # (batch, n)
+):
+  r, c = wp.tid()
+  rows_out[r, c] = row[0, c]
+
+
 def _flat(arr: wp.array, width: int) -> wp.array:
   """Float view `(batch, nelem * width)` of a contiguous field array (no copy)."""
   batch = arr.shape[0]
@@ -421,6 +438,8 @@ def _ensure_batched(scene, fields, batch: int) -> None:
     arr = model_field(scene.model, f)
     if f not in scene._nominal_rows:
       scene._nominal_rows[f] = arr.numpy()[:1].copy()
+      scene._nominal_dev[f] = wp.array(scene._nominal_rows[f].reshape(1, -1).astype(np.float32), dtype=float,
+                                       device=scene.device)
     if arr.shape[0] == batch:
       continue
     nominal = scene._nominal_rows[f]
@@ -437,8 +456,9 @@ def _restore_unapplied(scene, layout: ParamLayout) -> None:
   for name in stale:
     p = scene._applied.pop(name)
     for f in [p.field] + (["actuator_biasprm"] if p.tie_bias is not None else []):
-      arr = model_field(scene.model, f)
-      arr.assign(np.repeat(scene._nominal_rows[f], arr.shape[0], axis=0))
+      # a kernel, not a host upload: this can run inside a graph capture (a CUDA capture refuses uploads)
+      rows = _rows(model_field(scene.model, f))
+      wp.launch(_tile_row, dim=rows.shape, device=scene.device, inputs=[scene._nominal_dev[f]], outputs=[rows])
       if p.inertial:
         scene._needs_set_const = True
   # the inertial parameters still applied are rewritten below, so their constants are refreshed then

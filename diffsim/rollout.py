@@ -343,6 +343,8 @@ class Rollout:
                                    ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard)
     self.check = check
     self._buf = _Buffers(scene, self.nstep, self.fd)
+    # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
+    self._switches = self._buf.switches
     # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
     # use: put_data inside a graph capture would be recorded instead of run
     self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
@@ -386,7 +388,7 @@ class Rollout:
     columns (tangent directions in forward mode) whose every finite-difference lane crossed a
     constraint switch, a contact or limit row appearing, vanishing or changing regime inside the
     step (0 where the gradient is clean; see `FiniteDifferenceStep` and `check_switches`)."""
-    return self._buf.switches
+    return self._switches
 
   def tangents(self) -> tuple[wp.array, wp.array]:
     """Forward mode (`directions=m`): the tangents of the last linearized call,
@@ -411,6 +413,8 @@ class Rollout:
                        "build it with ctrl_jacobian=True, or pass ctrl without requires_grad")
     call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize,
                          tangent0=tangent0)
+    if call.differentiate:
+      self._switches = b.switches
     traj = call.traj
     # MJWarp kernels have no adjoints: keep every launch below off the tape
     wp._src.context.runtime.tape = None
@@ -449,6 +453,8 @@ class Rollout:
     `k0 + count[0]` (`count`: `(1,)` int device array).
     """
     call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0)
+    if linearize:
+      self._switches = self._buf.switches
     count = call.stepper.count
 
     def step():
@@ -600,7 +606,7 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   nstep = _check_ctrl(scene, ctrl)
   params = list(params or [])
   differentiate = wp._src.context.runtime.tape is not None
-  steps = tuple(sorted(resolve_eps(eps, scene.has_position_constraints).items()))
+  steps = tuple(sorted(resolve_eps(eps, scene).items()))
   key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), steps)
   cache = scene.__dict__.setdefault("_rollouts", {})
   ro = cache.get(key)

@@ -3,18 +3,22 @@
 A `Scene` owns the host model (`mujoco.MjModel`, float64), the device model (`mujoco_warp.Model`)
 and the MJWarp `Data` buffers that rollouts step: one with `nworld` worlds for forward-only
 rollouts and, per perturbation-lane count, one with `nlane * nworld` worlds for differentiable ones.
+Those are refused before allocation when MJWarp would need more memory than the device has free
+(`Scene.memory_estimate`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 import warp as wp
 
-__all__ = ["Scene", "SolverSettings", "UnknownNameError", "resolve_device", "set_deterministic", "asset_path"]
+__all__ = ["Scene", "SolverSettings", "UnknownNameError", "resolve_device", "set_deterministic", "asset_path",
+           "available_memory"]
 
 
 class UnknownNameError(KeyError):
@@ -162,6 +166,8 @@ class Scene:
     has_contacts: whether two geoms can collide (contact not disabled).
     has_position_constraints: contacts, equality constraints or joint / tendon limits, whose
       ~1 mm impedance width sets the default finite-difference qpos step (`diffsim.step`).
+    has_force_kinks: force-limited actuators or dry friction, which set the default
+      finite-difference control step (`diffsim.step.resolve_eps`).
   """
 
   def __init__(self, mjm: mujoco.MjModel, *, nworld: int, device=None, solver: SolverSettings | None = None,
@@ -186,9 +192,12 @@ class Scene:
     # constraints on positions with MuJoCo's ~1 mm impedance width (solimp), which a finite-difference
     # qpos step must stay inside: contacts, equality constraints, joint and tendon limits
     self.has_position_constraints = self.has_contacts or _has_limits_or_equalities(mjm)
+    # forces that kink in the controls, whose width a finite-difference control step must stay inside
+    self.has_force_kinks = _has_force_kinks(mjm)
     self.dt = float(mjm.opt.timestep)
     self._nconmax = nconmax
     self._njmax = njmax
+    _check_sdf_plugins(mjm)
     with wp.ScopedDevice(self.device):
       try:
         self.model = mjw.put_model(mjm)
@@ -206,6 +215,7 @@ class Scene:
     self._mjd = mujoco.MjData(mjm)
     mujoco.mj_forward(mjm, self._mjd)
     self._datas: dict[int, object] = {}
+    self._bytes_per_world = None  # (fixed, per world) bytes of Data and of the step's peak (`memory_estimate`)
     # (host) joint tables used by tangent-space kernels
     self.jnt_type = wp.array(mjm.jnt_type.astype(np.int32), dtype=int, device=self.device)
     self.jnt_qposadr = wp.array(mjm.jnt_qposadr.astype(np.int32), dtype=int, device=self.device)
@@ -219,6 +229,7 @@ class Scene:
     # parameter bookkeeping, see params.py
     self._batch = self.nworld  # rows of every batched parameter field
     self._nominal_rows: dict[str, np.ndarray] = {}  # MJCF row of each batched field
+    self._nominal_dev: dict[str, wp.array] = {}  # ... on the device, `(1, n)` floats, to restore it in a graph
     self._applied = {}  # name -> Param written into the model
     self._needs_set_const = False
 
@@ -242,15 +253,75 @@ class Scene:
   # -- worlds -------------------------------------------------------------------------------------
 
   def data(self, nlane: int = 1):
-    """MJWarp `Data` with `nlane * nworld` worlds (lane-major: world id = lane * nworld + w)."""
+    """MJWarp `Data` with `nlane * nworld` worlds (lane-major: world id = lane * nworld + w).
+
+    Raises `MemoryError` before allocating when `memory_estimate(nlane)` exceeds `MEMORY_FRACTION` of
+    `available_memory(device)` on a CUDA device; warns (`MemoryWarning`) on the CPU, where the
+    estimate counts allocated, not touched, pages and so is an upper bound.
+    """
     import mujoco_warp as mjw
 
     d = self._datas.get(nlane)
     if d is None:
+      self._check_memory(nlane)
       with wp.ScopedDevice(self.device):
         d = mjw.put_data(self.mjm, self._mjd, nworld=nlane * self.nworld, nconmax=self._nconmax, njmax=self._njmax)
       self._datas[nlane] = d
     return d
+
+  def memory_estimate(self, nlane: int = 1) -> int | None:
+    """Peak bytes MJWarp needs to step `nlane * nworld` worlds (`data(nlane)`): its `Data` plus the
+    workspaces `mjw.step` allocates in every step (the constraint solver's, `nv x nv` per world with
+    the Newton solver; collision's, per contact slot) and, on the CPU, where device memory is host
+    memory, `put_data`'s transient numpy copies (`PUT_DATA_COPIES` of the Data). Both parts are
+    affine in the number of worlds: measured once, by counting the device allocator's bytes while
+    MJWarp allocates and steps one and two worlds (this scene's `nconmax` / `njmax`), and
+    extrapolated. `None` while the device is capturing a graph (nothing can be measured then)."""
+    if self._bytes_per_world is None:
+      if self.device.is_capturing:
+        return None
+      import mujoco_warp as mjw
+
+      sizes = []
+      for n in (1, 2):
+        with wp.ScopedDevice(self.device), _CountingAllocator(self.device) as count:
+          d = mjw.put_data(self.mjm, self._mjd, nworld=n, nconmax=self._nconmax, njmax=self._njmax)
+          data = count.held
+          mjw.step(self.model, d)
+          wp.synchronize_device(self.device)
+        sizes.append(np.array([data, count.peak]))
+        del d
+      self._bytes_per_world = (2 * sizes[0] - sizes[1], sizes[1] - sizes[0])
+    fixed, per_world = self._bytes_per_world
+    data, peak = fixed + per_world * nlane * self.nworld
+    copies = 0 if self.device.is_cuda else PUT_DATA_COPIES * data
+    return int(max(peak, data + copies))
+
+  def _check_memory(self, nlane: int) -> None:
+    free = available_memory(self.device)
+    need = None if free is None else self.memory_estimate(nlane)
+    if need is None or need <= MEMORY_FRACTION * free:
+      return
+    base = self.memory_estimate(0)
+    per_world = (need - base) / (nlane * self.nworld)
+    fit = int((MEMORY_FRACTION * free - base) // (per_world * nlane))
+    fewer = f"fewer worlds (nworld <= {fit} fit)" if fit >= 1 else "not even one world fits"
+    message = (
+      f"MJWarp needs about {_format_bytes(need)} to step {nlane} perturbation lane(s) x {self.nworld} world(s) = "
+      f"{nlane * self.nworld:,} worlds ({_format_bytes(per_world)} each: Data and the step's solver and collision "
+      f"workspaces), more than {MEMORY_FRACTION:.0%} of the {_format_bytes(free)} available on {self.device}. "
+      f"Ways out: {fewer}; forward differences (central=False: about half the lanes); no guard lanes "
+      f"(guard=False: up to 2 nv fewer) or control columns (ctrl_jacobian=False: up to 2 nu fewer) if the "
+      f"gradient allows; smaller contact and constraint capacities (Scene.from_xml(..., nconmax=, njmax=)); the "
+      f"CG solver (<option solver=\"CG\"/>: no nv x nv Hessian per world); or a device with more memory.")
+    if not _allocations_committed(self.device):
+      # on the CPU the count is an upper bound: pages MJWarp allocates but never touches (most of its
+      # contact and constraint capacity) take no memory (tutorial 03 at 2,048 worlds: 36 GB counted,
+      # 3.5 GB used), so the estimate warns instead of refusing a run that may well fit
+      warnings.warn(message + " (On the CPU this counts allocated, not touched, memory: an upper bound.)",
+                    MemoryWarning, stacklevel=3)
+      return
+    raise MemoryError(message)
 
   def qpos0(self) -> np.ndarray:
     """Initial configuration from the MJCF (`qpos0`), `(nq,)` float64."""
@@ -268,6 +339,102 @@ class Scene:
   def __repr__(self) -> str:
     return (f"Scene(nworld={self.nworld}, device={self.device}, nq={self.nq}, nv={self.nv}, na={self.na}, "
             f"nu={self.nu}, nsensordata={self.nsensordata}, dt={self.dt})")
+
+
+# share of `available_memory` that MJWarp's Data and step workspaces may take; the rest is left for
+# the trajectory, Jacobians and compiled kernels
+MEMORY_FRACTION = 0.9
+# `put_data`'s transient numpy copies on the CPU, as a share of the Data it makes
+PUT_DATA_COPIES = 0.6
+
+
+class MemoryWarning(UserWarning):
+  """MJWarp's allocations for a scene's lanes may exceed the memory available (see `Scene.data`)."""
+
+
+def _allocations_committed(device: wp.context.Device) -> bool:
+  """Whether allocated bytes are memory taken (CUDA), not address space whose untouched pages cost
+  nothing (the CPU)."""
+  return device.is_cuda
+
+
+def available_memory(device: wp.context.Device) -> int | None:
+  """Bytes that new allocations on `device` can take: the CUDA device's free memory, or on the CPU
+  `MemAvailable` from `/proc/meminfo` (Linux; elsewhere psutil's `available`); `None` where unknown."""
+  if device.is_cuda:
+    return int(device.free_memory)
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+  except ImportError:
+    return None
+
+
+def _format_bytes(n: float) -> str:
+  return f"{n / 1e9:.3g} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"
+
+
+class _CountingAllocator:
+  """Counts the bytes Warp allocates on `device` inside the `with` block (held now and at the
+  peak), delegating to the device's allocator; arrays made inside free through it later too."""
+
+  def __init__(self, device: wp.context.Device):
+    self.device = device
+    self.held = self.peak = 0
+
+  def allocate(self, size_in_bytes: int) -> int:
+    ptr = self.inner.allocate(size_in_bytes)
+    self.held += size_in_bytes
+    self.peak = max(self.peak, self.held)
+    return ptr
+
+  def deallocate(self, ptr: int, size_in_bytes: int) -> None:
+    self.held -= size_in_bytes
+    self.inner.deallocate(ptr, size_in_bytes)
+
+  def __enter__(self):
+    self.inner = wp.get_device_allocator(self.device)
+    if self.device.is_cuda:
+      self.restore = None if self.inner is self.device.current_allocator else self.inner
+      wp.set_device_allocator(self.device, self)
+    else:
+      self.device.default_allocator = self
+    return self
+
+  def __exit__(self, *exc):
+    if self.device.is_cuda:
+      wp.set_device_allocator(self.device, self.restore)
+    else:
+      self.device.default_allocator = self.inner
+
+
+def _check_sdf_plugins(mjm: mujoco.MjModel) -> None:
+  """Refuses SDF geoms defined by a plugin (`mujoco.sdf.nut`, ...) while MJWarp's `user_sdf` and
+  `user_sdf_grad` are its placeholders: they print an error inside the collision kernels and return
+  0, so the model would step with wrong contacts instead of failing."""
+  plugin_sdf = (mjm.geom_type == mujoco.mjtGeom.mjGEOM_SDF) & (mjm.geom_plugin >= 0)
+  if not plugin_sdf.any():
+    return
+  from mujoco_warp._src import collision_sdf
+
+  placeholders = [n for n in ("user_sdf", "user_sdf_grad")
+                  if getattr(getattr(collision_sdf, n), "func", None) is not None
+                  and getattr(collision_sdf, n).func.__module__ == collision_sdf.__name__]
+  if placeholders:
+    names = [mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_GEOM, int(i)) or f"#{i}" for i in np.flatnonzero(plugin_sdf)]
+    raise NotImplementedError(
+      f"MuJoCo Warp does not support a feature of this model: SDF geoms from plugins ({names}) need the signed "
+      f"distance and its gradient as Warp functions of your own: assign mujoco_warp._src.collision_sdf."
+      f"{' and '.join(placeholders)} before building the Scene (mujoco_warp/test_data/collision_sdf/utils.py "
+      f"does it for the nut, bolt, torus and gear plugins). Without them MJWarp's collisions return 0.")
 
 
 def _can_make_contacts(mjm: mujoco.MjModel) -> bool:
@@ -288,6 +455,16 @@ def _has_limits_or_equalities(mjm: mujoco.MjModel) -> bool:
     return True
   limited = bool(mjm.jnt_limited.any()) or bool(mjm.ntendon and mjm.tendon_limited.any())
   return limited and not off & mujoco.mjtDisableBit.mjDSBL_LIMIT
+
+
+def _has_force_kinks(mjm: mujoco.MjModel) -> bool:
+  """Whether actuators saturate (`forcelimited`) or dofs / tendons have dry friction (`frictionloss`,
+  unless disabled): forces with kinks in the controls."""
+  if mjm.nu and mjm.actuator_forcelimited.any():
+    return True
+  if mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FRICTIONLOSS:
+    return False
+  return bool(mjm.dof_frictionloss.any()) or bool(mjm.ntendon and mjm.tendon_frictionloss.any())
 
 
 def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:

@@ -186,21 +186,32 @@ def _realized_steps(x: float, eps: float, lo: float, hi: float) -> wp.vec2:
 
 @wp.kernel
 def _constraint_signature(
+  # Model:
+  actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2],
   # Data in:
   nefc_in: wp.array[int],  # (nlane * nworld,)
   efc_type_in: wp.array2d[int],  # (nlane * nworld, njmax)
   efc_state_in: wp.array2d[int],  # (nlane * nworld, njmax)
+  actuator_force_in: wp.array2d[float],  # (nlane * nworld, nu)
   # Out:
   signature_out: wp.array[int],  # (nlane * nworld,)
 ):
-  """A hash of each lane world's constraint rows, type and solver state in order: lanes of a world
-  share it unless a row appeared, vanished or changed regime (e.g. a contact began to slide or to
-  separate) inside the finite-difference step."""
+  """A hash of each lane world's regimes: its constraint rows (type and solver state, in order) and
+  which force-limited actuators saturate. The lanes of a world share it unless a row appeared,
+  vanished or changed regime (a contact began to slide or to separate) or a servo saturated or
+  let go inside the finite-difference step."""
   lw = wp.tid()
   n = wp.min(nefc_in[lw], efc_state_in.shape[1])
+  p = wp.int64(2147483647)
   h = wp.int64(n)
   for i in range(n):
-    h = (h * wp.int64(31) + wp.int64(efc_type_in[lw, i] * 8 + efc_state_in[lw, i] + 1)) % wp.int64(2147483647)
+    h = (h * wp.int64(31) + wp.int64(efc_type_in[lw, i] * 8 + efc_state_in[lw, i] + 1)) % p
+  for i in range(actuator_force_in.shape[1]):
+    if actuator_forcelimited[i]:
+      r = actuator_forcerange[lw % actuator_forcerange.shape[0], i]
+      f = actuator_force_in[lw, i]
+      h = (h * wp.int64(31) + wp.where(f <= r[0], wp.int64(1), wp.where(f >= r[1], wp.int64(2), wp.int64(3)))) % p
   signature_out[lw] = int(h)
 
 
@@ -509,19 +520,29 @@ def _store_nominal(
     act_out[w, step + 1, i] = act[w, i]
 
 
-# Steps by input group. Larger steps lose less to float32 rounding; but in a model with position
-# constraints (contacts, equality constraints, joint or tendon limits), qpos steps must stay below
-# the ~1 mm width of the constraint impedance (solimp), or the difference straddles its nonlinearity.
+# Steps by input group. Larger steps lose less to float32 rounding, but a step must stay inside the
+# kinks it would otherwise straddle: in a model with position constraints (contacts, equality
+# constraints, joint or tendon limits) qpos steps stay below the ~1 mm width of the constraint
+# impedance (solimp); in a model whose forces kink in the controls (force-limited actuators, dry
+# friction) control steps stay below what moves a servo across them (on the SO-101 a 1e-2 control
+# step errs by 6% of the gradient, 1e-3 by 1e-4).
 DEFAULT_EPS = {"qpos": 1e-3, "qvel": 1e-2, "act": 1e-2, "ctrl": 1e-2, "param": 1e-2}
 CONSTRAINT_QPOS_EPS = 1e-4
+KINKED_CTRL_EPS = 1e-3
 # guard step / step of the qpos guard lanes (`FiniteDifferenceStep`, `_pick_lanes`)
 GUARD = 0.125
 
 
-def resolve_eps(eps, position_constraints: bool = False) -> dict[str, float]:
-  """Finite-difference steps by input group from a float, a dict, or `None` (defaults); the
-  default qpos step is `CONSTRAINT_QPOS_EPS` in a model with `position_constraints`."""
-  defaults = {**DEFAULT_EPS, "qpos": CONSTRAINT_QPOS_EPS if position_constraints else DEFAULT_EPS["qpos"]}
+def resolve_eps(eps, scene=None) -> dict[str, float]:
+  """Finite-difference steps by input group from a float, a dict, or `None` (defaults); the default
+  qpos step is `CONSTRAINT_QPOS_EPS` in a `scene` with position constraints, the default control
+  step `KINKED_CTRL_EPS` in one with force kinks (`Scene.has_position_constraints`,
+  `Scene.has_force_kinks`)."""
+  defaults = dict(DEFAULT_EPS)
+  if scene is not None and scene.has_position_constraints:
+    defaults["qpos"] = CONSTRAINT_QPOS_EPS
+  if scene is not None and scene.has_force_kinks:
+    defaults["ctrl"] = KINKED_CTRL_EPS
   if eps is None:
     return defaults
   if isinstance(eps, dict):
@@ -551,7 +572,8 @@ class FiniteDifferenceStep:
     eps: step of each input group, a float for all or a dict with keys `"qpos"` (m or rad, in the
       tangent space), `"qvel"`, `"act"`, `"ctrl"` (ctrl units) and `"param"` (relative: the step is
       `eps * max(|theta|, 0.01)`); missing keys take `DEFAULT_EPS` (qpos: `CONSTRAINT_QPOS_EPS` in models
-      with contacts, equality constraints or joint / tendon limits; see the README's note on
+      with contacts, equality constraints or joint / tendon limits; ctrl: `KINKED_CTRL_EPS` in models
+      with force-limited actuators or dry friction; see `resolve_eps` and the README's note on
       gradient quality).
     directions: `m > 0` selects forward mode (see the module docstring): `m` tangent directions, the
       first `nparam` of which also move their parameter; `step` and `sense` then propagate tangents
@@ -577,7 +599,7 @@ class FiniteDifferenceStep:
     self.differentiable = differentiable
     self.central = bool(central)
     self.ctrl_jacobian = bool(ctrl_jacobian) and not self.ndir
-    self.eps = resolve_eps(eps, scene.has_position_constraints)
+    self.eps = resolve_eps(eps, scene)
     # qpos coordinates of a model with position constraints get guard lanes, so that a constraint
     # row switching inside the step leaves a clean difference (`_pick_lanes`): down by the step too
     # when differencing forward, and up and down by `GUARD` times the step when central
@@ -657,7 +679,8 @@ class FiniteDifferenceStep:
                  with_state: bool) -> None:
     s, d = self.scene, self.data
     wp.launch(_constraint_signature, dim=self.nlane * s.nworld, device=s.device,
-              inputs=[d.nefc, d.efc.type, d.efc.state], outputs=[self.signature])
+              inputs=[s.model.actuator_forcelimited, s.model.actuator_forcerange, d.nefc, d.efc.type, d.efc.state,
+                      d.actuator_force], outputs=[self.signature])
     if self.ndir:
       wp.launch(
         _tangent_lanes_out, dim=(s.nworld, self.ndir), device=s.device,

@@ -15,7 +15,7 @@ normal equations on its own (Schur complement), so thousands of shooting segment
 Solvers:
   - `"lm"` (default): Levenberg-Marquardt (Gauss-Newton with Marquardt damping, projected onto
     the bounds). The residual Jacobian (`jacobian=`) comes from one of:
-      - `"forward"` (default): *tangent-linear propagation* of the per-step Jacobians that a
+      - `"forward"`: *tangent-linear propagation* of the per-step Jacobians that a
         linearized rollout forms (`1 + nx + nparam` lanes per world, forward differences):
         `dx_{k+1}/dtheta = A_k dx_k/dtheta + P_k`, `ds_k/dtheta = C_k dx_k/dtheta + Q_k`, one kernel
         per step inside the rollout's step graph, a thread per (world, column).
@@ -32,7 +32,10 @@ Solvers:
         18 of 18); on smooth models it is within 1e-3..9e-3 of float64 MuJoCo (tests/test_gradients.py).
       - `"tape"`: reverse mode, one backward sweep per residual block (sample x signal, all worlds
         at once): `nsample * nres` sweeps, growing with the square of the recording's length, against
-        one rollout for any length. For checks.
+        one rollout for any length. For checks (no convergence test below).
+      - `"auto"` (default): `"forward"`, and where it stops or stalls on trajectories that cross
+        constraint switches, the step of `"directional"` (forward differences) when that lowers the
+        cost, then `"forward"` again from there (see Convergence).
     The nominal lane of the linearized rollout also gives the cost at the trial point, so accepting
     or rejecting a step needs no extra rollout.
   - `"adam"`: first-order, with the gradient of the cost from one `tape.backward()` sweep. For
@@ -51,17 +54,46 @@ Multiple shooting (`shooting=k`) restarts from the measured state every `k` samp
 unstable recordings stay close to the data, and on launch-bound devices (CPU) shorter rollouts in
 more worlds are also faster. Unmeasured initial velocities of the segments are solved for.
 
+Convergence: LM stops when its step falls below `xtol` (relative) or 0.1 of the parameters' std,
+when an accepted step lowers the cost by less than `ftol`, or when ever shorter steps fail. Each
+says the *linearized model* has nothing left, a minimum only where the Jacobian is right. Where a
+limit or contact engages or releases along the nominal trajectories
+(`SysIdResult.constraint_changes`), the step map jumps (a limit's force starts at a finite value,
+from its damping), and the step Jacobians, formed on one side of the jump, leave out how the
+trajectory moves with the onset: on recordings that drive joints onto their limits, LM with them
+alone stops on a slope, short of the truth (`benchmarks/bench_sysid.py`, the case at the limits;
+`tests/test_sysid_limits.py`). Forward mode with forward differences catches the jumps (a lane that
+crosses one carries it), as a coarse sample, so it converges, but linearly. So there the
+convergence test asks that other Jacobian for its step (one rollout, plus one to try the step):
+within the tolerances too, converged, and the std widens by it; lowering the cost, not a minimum:
+`"auto"` takes the step and goes on with `"forward"` from there, an explicit Jacobian stops there,
+not converged; raising the cost, converged if the start's own step was within the tolerances, else
+stalled, not converged, with a message that says what to try (`diffsim sysid` exits with 1). In
+`"auto"` a step that fails after the model's predicted reductions stopped matching the actual ones
+asks at once. Trajectories that cross no switch are the derivative of a smooth map, and skip the
+test (no extra rollout).
+
 Confidence: at the solution, `cov = s^2 (J^T J)^-1` with `s^2 = 2 cost / (nresidual - nunknown)`
 (the residual variance; with weights `1 / sigma` it is about 1), marginalized over the initial
-velocities. A parameter the residuals do not depend on, or a combination they do not depend on
-(an eigenvalue of `J^T J` scaled to a unit diagonal below 1e-6 of the largest: within the float32
-finite-difference noise of the Jacobian, see `_confidence`), is reported as not identifiable, with
-`std = inf`; a condition number above 1e5 as ill-conditioned, naming the parameters involved.
+velocities, with `s^2` multiplied by `(1 + rho) / (1 - rho)` for residuals with lag-1
+autocorrelation `rho` along time (`_data_std`): the misfit of a float32 simulation of noise-free
+data drifts (`rho` close to 1), and the plain formula puts the truth tens to hundreds of std away.
+To that
+(`SysIdResult.std_data`) the std adds in quadrature what the solver leaves open: the other
+Jacobian's step at the solution (their disagreement), the step still proposed (divided by `1 - q`
+where steps shrink by `q` per iteration) and `xtol` times the value (the float32 resolution LM
+claims, which noise-free data reach). The summary marks a std these dominate as
+"Jacobian-limited", and warns when it exceeds 1e-4 of the value. A parameter the residuals do not
+depend on, or a combination they do not depend on (an eigenvalue of `J^T J` scaled to a unit
+diagonal below 1e-6 of the largest: within the float32 finite-difference noise of the Jacobian,
+see `_confidence`), is reported as not identifiable, with `std = inf`; a condition number above
+1e5 as ill-conditioned, naming the parameters involved.
 
 Precision: MJWarp simulates in float32 and the Jacobians are forward differences. On
 noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
 1e-7 to 1e-5 (pendulum mass and damping; SO-101 damping and armature); `frictionloss`, a
-non-smooth constraint force, to about 1e-4 on noise-free data.
+non-smooth constraint force, to about 1e-4 on noise-free data; armatures from recordings that
+reach joint limits as closely as from smooth ones (`benchmarks/bench_sysid.py`).
 """
 
 from __future__ import annotations
@@ -202,6 +234,31 @@ def _tangent_linear(
       for l in range(nx):
         g += jac[w, k, i, l] * dx_in[w, l, c]
       dx_out[w, i, c] = g
+
+
+@wp.kernel
+def _constraint_changes(
+  # In:
+  k0: int,
+  count: wp.array[int],  # (1,) step k = k0 + count[0] (see `Rollout.stages`)
+  nefc: wp.array[int],  # (nlane * nworld,) constraint rows of each lane world's step, lane 0 nominal
+  efc_type: wp.array2d[int],  # (nlane * nworld, njmax) their types
+  # Out:
+  last_out: wp.array[int],  # (nworld,) hash of the nominal rows of the previous step
+  changes_out: wp.array[int],  # (nworld,) steps whose nominal constraint rows differ from the previous step's
+):
+  # a limit or contact row appearing or vanishing along the nominal trajectory, where the step map
+  # jumps (see `_Problem.linearize`); a row changing regime (a frictionloss or friction row between
+  # sticking and sliding, a limit between pushing and not) is a kink, which the step Jacobians see
+  w = wp.tid()
+  n = wp.min(nefc[w], efc_type.shape[1])
+  h = wp.int64(n)
+  for i in range(n):
+    h = (h * wp.int64(31) + wp.int64(efc_type[w, i] + 1)) % wp.int64(2147483647)
+  sig = int(h)
+  if k0 + count[0] > 0 and sig != last_out[w]:
+    changes_out[w] += 1
+  last_out[w] = sig
 
 
 @wp.kernel
@@ -544,10 +601,12 @@ class _Normal:
   Hvv: np.ndarray  # (nstart, m, k, k)
   gt: np.ndarray  # (nstart, n)
   gv: np.ndarray  # (nstart, m, k)
+  rho: np.ndarray  # (nstart,) lag-1 autocorrelation of the residuals along time (see `_data_std`)
+  changes: np.ndarray  # (nstart,) constraint-set changes along the nominal trajectories (see `linearize`)
 
   def take(self, s: int, other: "_Normal") -> None:
     """Copies start `s` of `other` into this one."""
-    for f in ("cost", "Htt", "Htv", "Hvv", "gt", "gv"):
+    for f in ("cost", "Htt", "Htv", "Hvv", "gt", "gv", "rho", "changes"):
       getattr(self, f)[s] = getattr(other, f)[s]
 
   def g(self, s: int) -> np.ndarray:
@@ -754,12 +813,15 @@ class _Problem:
     self._ones = wp.ones(self.nstart, dtype=float, device=dev)  # d(total)/d(cost of each start)
     self.theta_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
     self.grad_dev = wp.zeros((self.nstart, self.nparam), dtype=float, device=dev)
+    # constraint-set changes along each world's nominal trajectory in the last linearized rollout
+    self.changes = wp.zeros(self.nworld, dtype=int, device=dev)
+    self._last_signature = wp.zeros(self.nworld, dtype=int, device=dev)
     self.nrollout = 0
     # LM's linearized rollout (step Jacobians + tangent-linear sweep) is a few graph replays after its
     # first call; its step is one graph replayed nstep times, so capturing costs one step, not nstep.
     # jacobian="directional" builds a forward-mode rollout on first use.
     self._lin = Replay(dev, self._stages(), capture)
-    self._fm = self._dir = None
+    self._fm = {}  # forward-mode rollouts and their replays by central differences (see `forward_mode`)
     self._grad = None  # Adam's tape gradient, captured on first use
 
   # -- evaluation -----------------------------------------------------------------------------------
@@ -817,6 +879,7 @@ class _Problem:
     def start():
       wp.copy(self.dx[0], self.dx0)
       self.rjac.zero_()
+      self.changes.zero_()
 
     def finish():
       self.traj = traj
@@ -834,24 +897,36 @@ class _Problem:
                       self.dx[0]],
               outputs=[self.dx[1], self.rjac])
     wp.copy(self.dx[0], self.dx[1])
+    self._count_changes(self.ro, k0, count)
+
+  def _count_changes(self, ro: Rollout, k0: int, count: wp.array) -> None:
+    d = ro.fd.data  # the lane worlds' MJWarp Data, nominal lane first
+    wp.launch(_constraint_changes, dim=self.nworld, device=self.scene.device,
+              inputs=[k0, count, d.nefc, d.efc.type], outputs=[self._last_signature, self.changes])
 
   @property
   def forward_mode(self) -> Rollout:
     """jacobian="directional": a forward-mode rollout with a lane per column of the residual
-    Jacobian (parameters, then the world's nuisance block), built on first use. It needs no more
-    model rows per world than `ro` (`1 + ncol <= 1 + nx + nparam` lanes), so `ro`'s graphs stay valid."""
-    if self._fm is None:
-      fd = self.ro.fd
-      self._fm = Rollout(self.scene, self.nstep, params=self.params, central=fd.central, eps=fd.eps,
-                         ctrl_jacobian=False, directions=self.ncol)
-      self._dir = Replay(self.scene.device, self._directional_stages(), self._capture)
-    return self._fm
+    Jacobian (parameters, then the world's nuisance block), built on first use, with the
+    differences of `ro` (central or forward)."""
+    return self._forward_mode(self.ro.fd.central)[0]
 
-  def _directional_stages(self) -> list:
+  def _forward_mode(self, central: bool) -> tuple[Rollout, Replay]:
+    """The forward-mode rollout with central or forward differences and its replay, built on first
+    use (jacobian="directional-fd": forward differences whatever `ro`'s, the convergence test's
+    second opinion, see `_lm`). It needs no more model rows per world than `ro`
+    (`1 + ncol <= 1 + nx + nparam` lanes), so `ro`'s graphs stay valid."""
+    if central not in self._fm:
+      fd = self.ro.fd
+      ro = Rollout(self.scene, self.nstep, params=self.params, central=central, eps=fd.eps, ctrl_jacobian=False,
+                   directions=self.ncol)
+      self._fm[central] = ro, Replay(self.scene.device, self._directional_stages(ro), self._capture)
+    return self._fm[central]
+
+  def _directional_stages(self, ro: Rollout) -> list:
     """Forward-mode rollout, residuals and their Jacobian `rjac` from the tangents, as stages to capture."""
-    ro = self._fm
     stages, traj = ro.stages(self.ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, linearize=True,
-                             tangent0=self.dx0)
+                             tangent0=self.dx0, after_step=lambda k0, count: self._count_changes(ro, k0, count))
     dx, ds = ro.tangents()
 
     def finish():
@@ -860,7 +935,7 @@ class _Problem:
       wp.launch(_residual_jacobian, dim=(self.nworld, self.nsample, self.ncol), device=self.scene.device,
                 inputs=[self.scene.nv, self.slot_step, dx, ds, self.weight], outputs=[self.rjac])
 
-    return stages + [(finish, 1)]
+    return [(self.changes.zero_, 1)] + stages + [(finish, 1)]
 
   def _replay(self, ro: Rollout, replay: Replay) -> None:
     self.nrollout += 1
@@ -884,20 +959,35 @@ class _Problem:
 
     One linearized rollout. The nuisance blocks of different worlds do not interact, so `J^T J`
     is block-arrow shaped: a parameter block, one block per free world, and their couplings.
+
+    Also counts, per start, the steps at which a world's nominal constraint rows changed (a limit
+    or contact row appearing or vanishing; not a row changing regime, a kink). There the step map
+    jumps (a limit's force starts at a finite value, from its damping), and the trajectory's
+    dependence on the parameters has a term from the jump moving in time, which step Jacobians,
+    formed from lanes on one side of the switch, leave out (see `_lm`).
     """
     self.set_x(x)
     self.last_x = np.array(x, dtype=np.float64, copy=True)
     if jacobian == "tape":
       r, G = self._jacobian_tape()
+      changes = np.zeros(self.nworld, np.int64)
     else:
-      if jacobian == "directional":
-        self._replay(self.forward_mode, self._dir)
+      if jacobian in ("directional", "directional-fd"):
+        self._replay(*self._forward_mode(self.ro.fd.central and jacobian == "directional"))
       else:
         self._replay(self.ro, self._lin)
       r = self.res.numpy().astype(np.float64)
       G = self.rjac.numpy().astype(np.float64)
+      changes = self.changes.numpy().astype(np.int64)
     cost = self._costs(r)
     n, k, S = self.nparam, self.blk, self.nstart
+    # residual autocorrelation between consecutive samples of a world, pooled over its signals
+    rt = r.reshape(S, self.nseg, self.nsample, self.nres)
+    with np.errstate(invalid="ignore", over="ignore"):
+      num = np.einsum("gwti,gwti->g", rt[:, :, 1:], rt[:, :, :-1])
+      den = np.einsum("gwti,gwti->g", rt[:, :, :-1], rt[:, :, :-1])
+    rho = np.where(np.isfinite(num) & (den > 0), num / np.where(den > 0, den, 1.0), 0.0)
+    changes = changes.reshape(S, self.nseg).sum(axis=1)
     G = G.reshape(self.nworld, -1, self.ncol)
     if self.tied:  # chain rule: an identified coordinate moves every dof it stands for
       T = np.zeros((self.layout.nparam, n))
@@ -915,7 +1005,7 @@ class _Problem:
     Htv = Hw[free, :n, n:].reshape(S, self.nfree, n, k)
     Hvv = Hw[free, n:, n:].reshape(S, self.nfree, k, k)
     gv = gw[free, n:].reshape(S, self.nfree, k)
-    return _Normal(cost, Htt, Htv, Hvv, gt, gv)
+    return _Normal(cost, Htt, Htv, Hvv, gt, gv, rho, changes)
 
   def _jacobian_tape(self):
     """Residual Jacobian by reverse mode: one backward pass per residual block (sample, signal)."""
@@ -1018,17 +1108,23 @@ class SysIdResult:
 
   Attributes:
     x: identified value by parameter name (float, or `(dim,)` array for vector parameters).
-    std: standard deviation by name (same shapes; `inf` where the data do not determine it).
+    std: standard deviation by name (same shapes; `inf` where the data do not determine it): the
+      data's (`std_data`) with what the solver leaves open added in quadrature, the Jacobians'
+      disagreement and the step still proposed at the end (see `diffsim.sysid`, "Confidence").
+    std_data: the part of `std` the data support, by name (the misfit left, correlated along time).
     x0: initial guess by name (of the best start, with `starts`).
     fun: final cost `0.5 |r|^2` (weighted residuals).
     fun0: cost at the initial guess (of the best start, like `x0` and `history`).
     nit: iterations.
     nfev: rollouts run.
     history: `{"fun": (nit + 1,), "x": (nit + 1, nparam), "lambda": (nit + 1,)}` of the best start.
-    success: whether a convergence criterion was met.
+    success: whether the solver converged to a minimum: a stopping test fired and, where the
+      trajectories cross constraint switches, the other Jacobian found no step beyond the
+      tolerances that lowers the cost (see `diffsim.sysid`, "Convergence"). `False` for a stall,
+      with a message that says what to try.
     message: why the solver stopped, plus identifiability warnings.
     labels: `(nparam,)` name of each identified scalar (dof fields: one per joint, as MJCF stores them).
-    theta, theta0, theta_std: `(nparam,)` flat values.
+    theta, theta0, theta_std, theta_std_data: `(nparam,)` flat values.
     cov: `(nparam, nparam)` covariance; corr: its correlation matrix.
     cond: condition number of the scaled Gauss-Newton Hessian.
     warnings: identifiability warnings.
@@ -1038,6 +1134,9 @@ class SysIdResult:
     nresidual: number of weighted residuals.
     sim_worlds: MJWarp worlds the solver's differentiated rollout steps (worlds times lanes).
     solver: `"lm"` or `"adam"`.
+    jacobian: the residual Jacobian LM used last (`"forward"`, `"directional"`, `"tape"`).
+    constraint_changes: steps at which the nominal trajectories' constraint rows changed (limits or
+      contacts engaging or releasing), summed over the worlds, at the solution.
     bounds: `{name: (lower, upper)}`.
     initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
     initial_qvel: `(nv,)` initial velocity of each recording: measured, or solved for together
@@ -1069,6 +1168,10 @@ class SysIdResult:
   starts_fun0: np.ndarray = field(default_factory=lambda: np.zeros(0))
   sim_worlds: int = 0
   solver: str = "lm"
+  std_data: dict = field(default_factory=dict)
+  theta_std_data: np.ndarray = field(default_factory=lambda: np.zeros(0))
+  jacobian: str = "forward"
+  constraint_changes: int = 0
   bounds: dict = field(default_factory=dict)
   initial_qpos: list = field(default_factory=list)
   initial_qvel: list = field(default_factory=list)
@@ -1083,7 +1186,10 @@ class SysIdResult:
     for name in self.x:
       v, s, v0 = (np.atleast_1d(d[name]) for d in (self.x, self.std, self.x0))
       fmt = lambda a: ", ".join(f"{e:.6g}" for e in a) if a.size > 1 else f"{a[0]:.6g}"
-      parts.append(f"{name} = {fmt(v)} ± {fmt(s)} (from {fmt(v0)})")
+      # a std that the data alone would put below half its value comes mostly from the solver
+      sdata = np.atleast_1d(self.std_data.get(name, s))
+      note = " (Jacobian-limited)" if np.any(np.isfinite(s) & (sdata < 0.5 * s)) else ""
+      parts.append(f"{name} = {fmt(v)} ± {fmt(s)}{note} (from {fmt(v0)})")
     status = "converged" if self.success else "NOT converged"
     if np.size(self.starts_fun0) > 1:
       status += f" (best of {np.size(self.starts_fun0)} starts)"
@@ -1152,6 +1258,7 @@ class SysIdResult:
       return vals[0] if len(vals) == 1 else vals
 
     return {name: {"initial": conv(self.x0[name]), "value": conv(self.x[name]), "std": conv(self.std[name]),
+                   "std_data": conv(self.std_data.get(name, self.std[name])),
                    "lower": conv(self.bounds[name][0]), "upper": conv(self.bounds[name][1])}
             for name in self.x}
 
@@ -1170,8 +1277,35 @@ _NULL_EIG = 1e-6  # below: no information beyond finite-difference noise (std = 
 _COND_WARN = 1e5  # above (sigma_min / sigma_max < 3e-3): the std may be off by tens of percent
 
 
+# Residuals whose lag-1 autocorrelation is this close to 1 count as this correlated (see `_data_std`)
+_RHO_MAX = 1.0 - 1e-6
+
+
+def _inflation(rho: float) -> float:
+  """Variance factor `(1 + rho) / (1 - rho)` of residuals correlated along time with lag-1
+  autocorrelation `rho` (an AR(1) process; 1 for white noise, negative `rho` counted as 0)."""
+  r = min(max(float(rho), 0.0), _RHO_MAX)
+  return (1.0 + r) / (1.0 - r)
+
+
+def _data_std(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, *, correlated: bool = True) -> np.ndarray:
+  """`(n,)` std of the parameters of start `s` that the misfit left supports: `s^2 (J^T J)^-1` with
+  the residual variance `s^2 = 2 cost / (nres - nunknown)`, times `_inflation(rho)` for residuals
+  correlated along time (`_Normal.rho`; `correlated=False`: not).
+
+  The usual formula counts every residual as an independent sample: right for white measurement
+  noise (`rho ~ 0`), but the misfit of a float32 simulation of noise-free data, or of a model
+  that lacks some physics, drifts smoothly (`rho` close to 1), and there it puts the truth tens to
+  hundreds of std away (benchmarks/bench_sysid.py's arm, smooth and at joint limits); the AR(1)
+  factor (one effective sample per correlation length) brings it to a few std.
+  """
+  s2 = 2.0 * fun / max(nres - nunknown, 1) * (_inflation(ne.rho[s]) if correlated else 1.0)
+  return np.sqrt(s2 * np.clip(np.diag(np.linalg.pinv(ne.schur(s))), 0.0, None))
+
+
 def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, labels: list[str], *,
-                cond_warn: float = _COND_WARN, null_eig: float = _NULL_EIG):
+                theta: np.ndarray | None = None, jacobian_std: np.ndarray | None = None,
+                resolution: float = 2.0 ** -24, cond_warn: float = _COND_WARN, null_eig: float = _NULL_EIG):
   """Covariance of the parameters from the Gauss-Newton Hessian, and identifiability warnings.
 
   The parameters' information matrix is `J^T J` with the nuisance unknowns (initial states)
@@ -1180,21 +1314,32 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
   not matter: a zero column of `J` means the data do not depend on a parameter; a (near-)zero
   eigenvalue that only a combination of some (or of them and the initial state) does.
 
+  The covariance is the data's (`_data_std`: the misfit, correlated along time) plus, on the
+  diagonal, what the solver leaves open: `jacobian_std` (the Jacobians' disagreement and the step
+  still proposed, see `_lm`) and the relative `resolution` of the float32 solve (LM: its `xtol`,
+  the relative step below which it calls further steps float32 noise: parameters from noise-free
+  float64 data land that close to the truth, often farther than the data's std alone allows).
+  A std that the solver's terms dominate is named in a warning when it exceeds 1e-4 of the value.
+
   Args:
     ne: normal equations at the solution; `s`: the start.
     fun: cost at the solution.
     nres: number of weighted residuals; `nunknown`: number of unknowns (parameters and nuisance).
     labels: `(n,)` names of the parameters.
+    theta: `(n,)` the values (for the resolution); `jacobian_std`: `(n,)`, default 0.
+    resolution: relative resolution of the values (default: float32's, 2^-24).
     cond_warn: warn when the condition number of the scaled parameter information exceeds this.
     null_eig: eigenvalues of the scaled information below this fraction of the largest (and
       parameters keeping less than this fraction of their information once the initial states are
       eliminated) count as zero: float32 finite-difference Jacobians resolve no finer.
 
   Returns:
-    `(cov (n, n), std (n,), corr (n, n), cond, warnings)`.
+    `(cov (n, n), std (n,), corr (n, n), cond, warnings, data_std (n,))`.
   """
   n = len(labels)
-  s2 = 2.0 * fun / max(nres - nunknown, 1)
+  s2 = 2.0 * fun / max(nres - nunknown, 1) * _inflation(ne.rho[s])
+  theta = np.zeros(n) if theta is None else np.asarray(theta, dtype=np.float64)
+  jstd = np.zeros(n) if jacobian_std is None else np.asarray(jacobian_std, dtype=np.float64)
   dt = np.diag(ne.Htt[s]).copy()
   Sc = ne.schur(s)
   ds = np.diag(Sc).copy()
@@ -1217,8 +1362,12 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     if null.any():
       comb[keep[np.abs(V[:, null]).max(axis=1) > 0.1]] = True
     cond = float(lam[-1] / max(lam[0], 1e-300))
+  data_std = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+  jstd = np.hypot(jstd, np.abs(theta) * max(resolution, 2.0 ** -24))
+  cov[keep, keep] += jstd[keep] ** 2
   std = np.sqrt(np.clip(np.diag(cov), 0.0, None))
   bad = zero | comb
+  data_std[bad] = np.inf
   std[bad] = np.inf
   cov[bad, :] = np.nan
   cov[:, bad] = np.nan
@@ -1235,9 +1384,15 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     worst = [labels[keep[i]] for i in np.argsort(-v)[:max(2, int((v > 0.3).sum()))]]
     msgs.append(f"ill-conditioned (condition number {cond:.2g} of the scaled Gauss-Newton Hessian): "
                 f"{', '.join(worst)} are nearly interchangeable in this data; their std is large")
+  limited = [i for i in keep if jstd[i] > data_std[i] and jstd[i] > 1e-4 * abs(theta[i])]
+  if limited:
+    msgs.append("the Jacobian limits the precision of " + ", ".join(
+      f"{labels[i]} (std {std[i]:.2g}, of which the data's {data_std[i]:.2g})" for i in limited)
+      + ": the two finite-difference Jacobians disagree there, or the solver stopped with a step left "
+        "(constraint switches along the trajectories make the cost non-smooth); the std includes it")
   with np.errstate(invalid="ignore", divide="ignore"):
     corr = cov / np.outer(std, std)
-  return cov, std, corr, cond, msgs
+  return cov, std, corr, cond, msgs, data_std
 
 
 # -- solvers ----------------------------------------------------------------------------------------
@@ -1253,17 +1408,63 @@ def _project(theta, step, lower, upper):
   return new
 
 
+def _second_opinion(jacobian: str, central: bool) -> str:
+  """The Jacobian the convergence test asks where the trajectories cross constraint switches (see
+  `_lm`): forward mode with forward differences ("directional-fd"), whose one-sided lanes catch the
+  jumps there; for that one itself, the step Jacobians propagated forward."""
+  return "forward" if jacobian == "directional-fd" or (jacobian == "directional" and not central) else \
+    "directional-fd"
+
+
+def _jacobian_name(jacobian: str, central: bool) -> str:
+  """`identify`'s name of an internal Jacobian choice."""
+  if jacobian == "directional-fd":
+    return "directional (forward differences)" if central else "directional"
+  return jacobian
+
+
 def _lm(prob: _Problem, x0, lower, upper, *, iters, ftol, xtol, jacobian, callback, stdtol=0.1):
   """Levenberg-Marquardt over every start at once (one linearized rollout per iteration).
 
   `x0`, `lower`, `upper` cover all unknowns (`nstart, nunknown`): the parameters first
   (`prob.nparam`), then the free initial states. Stopping tests look at the parameters only.
+
+  A start stops when its step falls below `xtol` (relative) or below `stdtol` of the parameters'
+  std (`_data_std`), when an accepted step lowers the cost by less than `ftol`, or when three ever
+  shorter steps in a row fail to lower it. Each says that the linearized model has nothing left
+  to give, which is a minimum only where that model is right. Where the nominal trajectories
+  cross constraint switches (`_Problem.linearize`), the two Jacobians are wrong in different ways:
+  "forward" forms each step's Jacobian on one side of a switch and misses the jump moving in
+  time (on recordings that reach joint limits, LM stalls on a slope), "directional" (forward
+  differences) moves the state along the tangent and catches it, as a coarse sample. So the
+  convergence test asks the other Jacobian (`_second_opinion`) for its step at the stopping point:
+    - within the tolerances too: converged, and that step (the Jacobians' disagreement) widens the std;
+    - outside, and the cost falls along it: not a minimum. `jacobian="auto"` takes the step and goes
+      on with its own Jacobian from there (which converges fast again once past the switches that
+      stopped it, where the other converges linearly); an explicit Jacobian stops, not converged, at
+      the lower cost;
+    - outside, and the cost rises along it: its model is refuted. Converged where the start's own
+      step was within the tolerances (half that step widens the std: the rise bounds how far the
+      minimum lies along it); where the start's own last step, outside them, failed too, stalled on
+      a slope: not converged (the message says what to try).
+  With `"auto"`, a significant step that fails right after accepted steps whose actual cost
+  reduction was off the predicted one by more than half asks the other Jacobian at once (if its
+  step does not lower the cost, LM goes on). Trajectories that cross no switch skip the test: the
+  Jacobian is then the derivative of a smooth map, and failing steps mean float32 resolution.
+
+  Returns:
+    `(x, f, ne, hist, nit, success, reason, jacobian, jac_std)`: per start its unknowns, cost,
+    normal equations (of Jacobian `jacobian`, the one used last), whether it converged and why it
+    stopped; `jac_std` `(nstart, nparam)` is what the Jacobians leave open: the other Jacobian's step
+    and the step the last linearization still proposes, divided by `1 - q` where the steps shrink
+    by a factor `q` per iteration (linear convergence, with an inexact Jacobian).
   """
   nstart, N = x0.shape
   n = prob.nparam
   nres = prob.nresidual // prob.nstart
+  jac = "forward" if jacobian == "auto" else jacobian
   x = x0.copy()
-  ne = prob.linearize(x, jacobian=jacobian)
+  ne = prob.linearize(x, jacobian=jac)
   f = ne.cost.copy()
   if not np.isfinite(f).any():
     raise FloatingPointError("every initial guess diverges (NaN/Inf state): check the model, the data, or the "
@@ -1271,73 +1472,200 @@ def _lm(prob: _Problem, x0, lower, upper, *, iters, ftol, xtol, jacobian, callba
   prob.before = prob.samples(0)
   lam = np.full(nstart, 1e-3)
   nu = np.full(nstart, 2.0)
-  done = np.zeros(nstart, bool)
+  stopped = np.zeros(nstart, bool)
+  success = np.zeros(nstart, bool)
   reason = np.array(["maximum number of iterations reached"] * nstart, dtype=object)
+  why = np.array([None] * nstart, dtype=object)  # the stopping test that fired, before the convergence test
+  said = np.array([""] * nstart, dtype=object)  # its message
   reject_run = np.zeros(nstart, int)
+  # the last proposal: predicted reduction, size in std, within the stopping test, within the std
+  pred, size, small, noise = np.zeros(nstart), np.zeros(nstart), np.zeros(nstart, bool), np.zeros(nstart, bool)
+  last = np.zeros(nstart)  # relative size of the last accepted step
+  fit = np.ones(nstart)  # its actual / predicted cost reduction
+  jac_std = np.zeros((nstart, n))
   hist = {"fun": [f.copy()], "x": [x[:, :n].copy()], "lambda": [lam.copy()]}
   nit = 0
-  pred = np.zeros(nstart)
   # relative step measure: float32 resolves about 6e-8 of a value, and float32 rollouts reproduce
   # trajectories to about 1e-6, so the default xtol (1e-6) stops where further steps are noise
   typical = np.abs(x0[:, :n]) * 1e-3 + 1e-12
-  rel_step = lambda a, b, s: float(np.max(np.abs(a[:n] - b[:n]) / (np.abs(b[:n]) + typical[s])))
-  for it in range(1, iters + 1):
-    trial = x.copy()
-    for s in np.nonzero(~done)[0]:
-      d = ne.diag(s)
-      d = np.maximum(d, 1e-12 * max(d.max(), 1e-300))
-      g = ne.g(s)
-      for _ in range(20):
-        step = ne.solve(s, lam[s] * d)
-        trial[s] = _project(x[s], step, lower, upper)
-        dlt = trial[s] - x[s]
-        pred[s] = -(g @ dlt + 0.5 * ne.quad(s, dlt))
-        if pred[s] > 0 or not np.any(g):
-          break
-        # no predicted decrease (round-off in a near-singular system, or the bounds): damp more
-        lam[s] *= 10.0
-      # uncertainty of each parameter given the misfit left (see _confidence); cheap, no rollout
-      s2 = 2.0 * f[s] / max(nres - N, 1)
-      std = np.sqrt(s2 * np.clip(np.diag(np.linalg.pinv(ne.schur(s))), 0.0, None))
-      if not pred[s] > 0:
-        done[s], reason[s] = True, "no descent direction left (zero gradient, or round-off)"
-      elif rel_step(trial[s], x[s], s) <= xtol:
-        # the model predicts nothing to gain beyond float32 resolution: converged, no rollout needed
-        done[s], reason[s] = True, f"relative step below xtol={xtol:g}"
-      elif np.all(np.abs(dlt[:n]) <= stdtol * std):
-        # steps far inside the uncertainty the remaining misfit leaves change nothing that matters
-        done[s], reason[s] = True, f"step below {stdtol:g} of the parameter std"
-    if done.all():
+  rel_step = lambda d, s: float(np.max(np.abs(d[:n]) / (np.abs(x[s, :n]) + typical[s]), initial=0.0))
+  changes = lambda s: int(ne.changes[s])
+  central = prob.ro.fd.central
+
+  def propose(lin: _Normal, s: int, damping: float):
+    """LM step of start `s` from linearization `lin`: `(step, predicted cost reduction, damping)`."""
+    d = lin.diag(s)
+    d = np.maximum(d, 1e-12 * max(d.max(), 1e-300))
+    g = lin.g(s)
+    for _ in range(20):
+      dlt = _project(x[s], lin.solve(s, damping * d), lower, upper) - x[s]
+      p = -(g @ dlt + 0.5 * lin.quad(s, dlt))
+      if p > 0 or not np.any(g):
+        break
+      damping *= 10.0  # no predicted decrease (round-off in a near-singular system, or the bounds): damp more
+    return dlt, float(p), damping
+
+  def within(lin: _Normal, s: int, dlt, tol: float = stdtol) -> tuple[bool, float, str]:
+    """Whether step `dlt` of start `s` is within the tolerances (`xtol`, or `tol` times the std), its
+    size in std, and which test holds.
+
+    The std is the one the misfit left would give as white noise. Not `_data_std`'s, which counts a
+    misfit correlated along time as fewer samples: right at the minimum, but away from it the misfit
+    is the parameters' error, correlated too, and that std would call any step noise."""
+    std = _data_std(lin, s, f[s], nres, N, correlated=False)
+    k = float(np.max(np.abs(dlt[:n]) / np.maximum(std, 1e-300), initial=0.0))
+    if rel_step(dlt, s) <= xtol:
+      return True, k, f"relative step below xtol={xtol:g}"
+    # steps far inside the uncertainty the remaining misfit leaves change nothing that matters
+    return k <= tol, k, f"step below {tol:g} of the parameter std"
+
+  def finish(s: int, ok: bool, text: str) -> None:
+    stopped[s], success[s], reason[s] = True, ok, text
+
+  def stall(s: int, tail: str = "") -> None:
+    finish(s, False, f"stalled, not converged: {reject_run[s]} ever shorter steps that the linearized model "
+                     f"predicted to lower the cost (the last by {pred[s]:.3g}, {size[s]:.3g} std) raised it"
+                     f"{tail}; the cost is not at a minimum. The trajectories cross constraint switches "
+                     f"({changes(s)} times: limits or contacts engaging or releasing), where "
+                     "the cost jumps and finite-difference Jacobians are inexact: try multiple shooting "
+                     "(shooting=k) to shorten the rollouts across them, other starting points (starts=4), or "
+                     "another finite-difference step (eps=...)")
+
+  def log() -> None:
+    hist["fun"].append(f.copy())
+    hist["x"].append(x[:, :n].copy())
+    hist["lambda"].append(lam.copy())
+    if callback is not None:
+      callback({"nit": nit, "fun": float(f.min()), "theta": x[int(np.argmin(f)), :n].copy()})
+
+  while True:
+    # -- convergence test of the starts a stopping test stopped
+    pending = [s for s in np.nonzero(~stopped & (why != None))[0]]  # noqa: E711
+    other = _second_opinion(jac, central)
+    name, oname = _jacobian_name(jac, central), _jacobian_name(other, central)
+    ask = [s for s in pending if changes(s) > 0 and why[s] != "zero"]
+    for s in pending:
+      if s not in ask:
+        if why[s] == "descent" and not np.any(np.diag(ne.Htt[s])):
+          finish(s, False, "not converged: the residuals depend on none of the parameters (a zero Jacobian: "
+                           "check that the parameters act on the recorded signals, and that eps['param'] is not "
+                           "below float32 resolution)")
+        else:
+          finish(s, True, said[s])
+    if ask:
+      na = prob.linearize(x, jacobian=other)
+      alt, moves = x.copy(), {}
+      for s in ask:
+        dlt, p, _ = propose(na, s, min(lam[s], 1e-3))
+        ok, k, text = within(na, s, dlt)
+        if why[s] == "doubt" and (ok or nit >= iters):
+          why[s] = None  # nothing better from the other Jacobian: LM goes on with this one
+        elif ok:
+          # a minimum by the other Jacobian's model too (where the start's own steps failed, the cost
+          # refuted its model: the two disagree, and the std says by how much)
+          jac_std[s] = np.abs(dlt[:n])
+          own = said[s] if why[s] != "rejected" or noise[s] else \
+            f"the {name} Jacobian's steps raised the cost (the last {size[s]:.2g} std)"
+          finish(s, True, f"{own}; the {oname} Jacobian agrees ({text}: {k:.2g} std)")
+        elif nit >= iters:
+          finish(s, False, f"maximum number of iterations reached: the {name} Jacobian stopped ({said[s] or why[s]}), "
+                           f"but the {oname} Jacobian proposes a step of {k:.2g} std that there was no iteration "
+                           "left to try")
+        else:
+          alt[s], moves[s] = x[s] + dlt, k
+      if moves:
+        nt = prob.linearize(alt, jacobian=other)
+        nit += 1
+        lower_cost = [s for s in moves if nt.cost[s] < f[s]]
+        for s in moves:
+          k = moves[s]
+          if s in lower_cost:
+            continue
+          if why[s] == "doubt":
+            why[s] = None
+          elif why[s] == "rejected" and not noise[s]:
+            stall(s, f", and so did the {oname} Jacobian's step ({k:.2g} std)")
+          else:
+            jac_std[s] = 0.5 * np.abs(alt[s, :n] - x[s, :n])
+            finish(s, True, f"{said[s]}; the {oname} Jacobian's step ({k:.2g} std) raised the cost")
+        for s in lower_cost:
+          f0, k = f[s], moves[s]
+          x[s], f[s] = alt[s], nt.cost[s]
+          ne.take(s, nt)
+          if jacobian != "auto":
+            finish(s, False, f"not converged: the {name} Jacobian stopped at cost {f0:.4g}, but the {oname} "
+                             f"Jacobian's step ({k:.2g} std) lowers it to {f[s]:.4g}: {changes(s)} constraint "
+                             "switches along the trajectories make the two differ. The result is that lower "
+                             "point; jacobian='auto' (the default) takes such steps and goes on")
+          lam[s], nu[s], reject_run[s], fit[s], why[s], said[s] = min(lam[s], 1e-3), 2.0, 0, 1.0, None, ""
+        if lower_cost and jacobian == "auto":
+          # back to this Jacobian from the lower point: the other one's step got LM past the switches
+          # that stalled it, and near the minimum it converges fast again (the other, a coarse sample of
+          # the jumps, converges linearly: on tests/test_sysid_limits.py's arm, three times the iterations)
+          back = prob.linearize(x, jacobian=jac)
+          for s in lower_cost:
+            ne.take(s, back)
+        log()
+    live = ~stopped & (why == None)  # noqa: E711
+    if not live.any() or nit >= iters:
       break
-    nt = prob.linearize(trial, jacobian=jacobian)
-    nit = it
-    for s in np.nonzero(~done)[0]:
+    # -- one LM iteration of the running starts
+    trial = x.copy()
+    for s in np.nonzero(live)[0]:
+      dlt, pred[s], lam[s] = propose(ne, s, lam[s])
+      small[s], size[s], text = within(ne, s, dlt)
+      # a step within 1 std that raises the cost: float32 resolution (see the convergence test)
+      noise[s] = within(ne, s, dlt, 1.0)[0]
+      trial[s] = x[s] + dlt
+      if not pred[s] > 0:
+        why[s], said[s] = "descent", "no descent direction left (zero gradient, or round-off)"
+      elif small[s]:
+        # the model predicts nothing to gain beyond the tolerances: no rollout needed
+        why[s], said[s] = "step", text
+    run = live & (why == None)  # noqa: E711
+    if not run.any():
+      continue
+    trial[~run] = x[~run]
+    nt = prob.linearize(trial, jacobian=jac)
+    nit += 1
+    for s in np.nonzero(run)[0]:
       ft = nt.cost[s]
       if ft < f[s]:
         rho = (f[s] - ft) / max(pred[s], 1e-300)
         rel = (f[s] - ft) / max(f[s], 1e-300)
+        last[s] = rel_step(trial[s] - x[s], s)
         x[s], f[s] = trial[s], ft
         ne.take(s, nt)
         lam[s] *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
         nu[s] = 2.0
         reject_run[s] = 0
+        fit[s] = rho
         if rel <= ftol:
-          done[s], reason[s] = True, f"relative cost reduction below ftol={ftol:g}"
+          why[s], said[s] = "ftol", f"relative cost reduction below ftol={ftol:g}"
         elif f[s] == 0.0:
-          done[s], reason[s] = True, "zero cost"
+          why[s], said[s] = "zero", "zero cost"
       else:
         lam[s] *= nu[s]
         nu[s] *= 2.0
         reject_run[s] += 1
         if reject_run[s] >= 3:
-          # no decrease along ever shorter steps: a minimum within float32 precision
-          done[s], reason[s] = True, "the cost cannot be reduced further (float32 precision)"
-    hist["fun"].append(f.copy())
-    hist["x"].append(x[:, :n].copy())
-    hist["lambda"].append(lam.copy())
-    if callback is not None:
-      callback({"nit": it, "fun": float(f.min()), "theta": x[int(np.argmin(f)), :n].copy()})
-  return x, f, ne, hist, nit, done, reason
+          # no decrease along ever shorter steps: a minimum within float32 precision if the last was
+          # within the tolerances (see the convergence test above), else a stall
+          why[s], said[s] = "rejected", "the cost cannot be reduced further (float32 precision)"
+        elif jacobian == "auto" and reject_run[s] == 1 and abs(fit[s] - 1.0) > 0.5 and not noise[s] \
+            and changes(s) > 0:
+          # a significant step failed after the model's predictions had stopped matching the cost (on
+          # recordings that reach joint limits the cost fell several times as much as predicted): ask the
+          # other Jacobian now rather than after two more failed steps
+          why[s] = "doubt"
+    log()
+  # the step the last linearization still proposes: the distance left to its fixed point, 1 / (1 - q)
+  # times the step where the steps shrink by q per iteration
+  for s in range(nstart):
+    dlt, _, _ = propose(ne, s, min(lam[s], 1e-3))
+    q = min(0.9, rel_step(dlt, s) / last[s]) if last[s] > 0 else 0.0
+    jac_std[s] = np.hypot(jac_std[s], np.abs(dlt[:n]) / (1.0 - q))
+  return x, f, ne, hist, nit, success, reason, jac, jac_std
 
 
 def _adam(prob: _Problem, theta0, lower, upper, *, iters, lr, callback):
@@ -1444,7 +1772,7 @@ def _initial_guesses(params, nominal, lower, upper, starts, spread, seed, x0):
 def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None = None, weights: dict | None = None,
              normalize: bool = True, solver: str = "lm", iters: int = 30, shooting: int | None = None,
              starts=1, spread: float = 1.0, seed: int = 0, x0: dict | None = None, lr: float = 0.05,
-             ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "forward", resample: bool = False,
+             ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "auto", resample: bool = False,
              max_steps_per_sample: int | None = None, fit_qvel0: bool | None = None, fit_qpos0: bool = False,
              device=None, solver_settings: SolverSettings | None = None, central: bool = False,
              eps: float | dict | None = None, out=None, plots: bool = True, progress: bool = False,
@@ -1467,7 +1795,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
       `weights` multiply on top. For the confidence, weights should be proportional to
       1 / (noise std) of each signal: pass them via `weights` (and `normalize=False`) when known.
     solver: `"lm"` (Levenberg-Marquardt) or `"adam"`.
-    iters: maximum iterations (each runs one linearized rollout).
+    iters: maximum iterations, each one linearized rollout at a trial point (the convergence test's
+      trial of the other Jacobian's step counts as one; its linearization at the stopping point, and
+      `"auto"`'s return to its own Jacobian after that step, are rollouts that do not, see `nfev`).
     shooting: multiple shooting: restart from the measured state every `shooting` samples (each
       segment runs in its own world); `None`: one rollout per recording.
     starts: number of initial guesses solved in parallel worlds (the first is the MJCF value or
@@ -1476,10 +1806,15 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     seed: seed of the random initial guesses.
     x0: `{name: value}` initial guess overriding the MJCF value.
     lr: Adam step, relative to each parameter's initial magnitude.
-    ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these.
-    jacobian: `"forward"` (step Jacobians propagated forward, default), `"directional"` (forward
-      mode: a lane per column of the Jacobian; fewer lanes, less precise, see the module docstring)
-      or `"tape"` (reverse mode, one backward pass per residual block: for checks; much slower).
+    ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these
+      (`xtol` also floors each std: the relative resolution LM claims, see the module docstring).
+    jacobian: `"auto"` (default): `"forward"`, with the step of `"directional"` (forward
+      differences) taken where that lowers the cost further (trajectories that cross constraint
+      switches, see the module docstring); `"forward"` (step Jacobians propagated forward) or
+      `"directional"` (forward mode: a lane per column of the Jacobian; fewer lanes, less precise)
+      alone, each checked by the other where it stops (not converged where the other lowers the
+      cost); or `"tape"` (reverse mode, one backward pass per residual block: for checks; much
+      slower, unchecked).
     resample: resample recordings whose sample times are off the timestep grid instead of failing.
     max_steps_per_sample: most model steps one sample interval may span (default
       `diffsim.data.MAX_STEPS_PER_SAMPLE`, 500): longer intervals are refused as likely times in
@@ -1495,7 +1830,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
     solver_settings: MJWarp constraint solver settings (`diffsim.SolverSettings`).
     central, eps: finite-difference scheme of the Jacobians (see `diffsim.Rollout`). Forward
       differences by default: the Jacobian only steers the LM steps (the residuals, computed
-      exactly, set the minimum), and they need half the lanes of central ones.
+      exactly, set the minimum), and they need half the lanes of central ones. The convergence
+      test's directional Jacobian differences forward whatever `central` (its one-sided lanes
+      catch the jumps at constraint switches).
     out: folder to write `params.json`, `model.xml` and plots into (`None`: write nothing); an
       earlier run's results there are replaced. A folder that is a file, or whose `model.xml` is
       the input model, and a parameter that `model.xml` cannot hold are refused before any kernel
@@ -1515,8 +1852,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   """
   if solver not in ("lm", "adam"):
     raise ValueError(f"solver must be 'lm' or 'adam', got {solver!r}")
-  if jacobian not in ("forward", "directional", "tape"):
-    raise ValueError(f"jacobian must be 'forward', 'directional' or 'tape', got {jacobian!r}")
+  if jacobian not in ("auto", "forward", "directional", "tape"):
+    raise ValueError(f"jacobian must be 'auto', 'forward', 'directional' or 'tape', got {jacobian!r}")
   if not isinstance(iters, (int, np.integer)) or iters < 0:
     raise ValueError(f"iters must be a non-negative integer, got {iters!r}")
   source = model
@@ -1569,14 +1906,16 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   nfree = prob.nunknown - prob.nparam
   lo_x = np.concatenate([lower, np.full(nfree, -np.inf)])
   hi_x = np.concatenate([upper, np.full(nfree, np.inf)])
+  jac_std = np.zeros((nstart, prob.nparam))
   try:
     if solver == "lm":
-      xs, f, ne, hist, nit, done, reason = _lm(prob, prob.x0(theta0), lo_x, hi_x, iters=iters, ftol=ftol,
-                                               xtol=xtol, jacobian=jacobian, callback=on_iter)
+      xs, f, ne, hist, nit, done, reason, used, jac_std = _lm(prob, prob.x0(theta0), lo_x, hi_x, iters=iters,
+                                                              ftol=ftol, xtol=xtol, jacobian=jacobian,
+                                                              callback=on_iter)
     else:
       # Adam keeps the initial states at their measured or estimated values
       theta, f, hist, nit, done, reason = _adam(prob, theta0, lower, upper, iters=iters, lr=lr, callback=on_iter)
-      xs = prob.x0(theta)
+      xs, used = prob.x0(theta), "forward"
   finally:
     if bar is not None:
       bar.close()
@@ -1587,18 +1926,21 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   if solver == "lm" and np.array_equal(prob.last_x[best], xs[best]):
     fun, sb, after = float(f[best]), best, prob.samples(best)
   else:
-    ne = prob.linearize(np.repeat(xs[best:best + 1], nstart, axis=0))
+    ne = prob.linearize(np.repeat(xs[best:best + 1], nstart, axis=0), jacobian=used)
     fun, sb, after = float(ne.cost[0]), 0, prob.samples(0)
   wall = _time.perf_counter() - t0
-  cov, std, corr, cond, msgs = _confidence(ne, sb, fun, prob.nresidual // nstart, prob.nunknown, labels)
+  cov, std, corr, cond, msgs, data_std = _confidence(ne, sb, fun, prob.nresidual // nstart, prob.nunknown, labels,
+                                                     theta=theta[best], jacobian_std=jac_std[best],
+                                                     resolution=xtol if solver == "lm" else 2.0 ** -24)
   for m in msgs:
     warnings.warn(m, IdentifiabilityWarning, stacklevel=2)
-  x, sd, xi, bnd = {}, {}, {}, {}
+  x, sd, sdd, xi, bnd = {}, {}, {}, {}, {}
   for p, off, dim in zip(plist, offsets, dims):
     sl = slice(int(off), int(off) + dim)
     pick = (lambda a: float(a[sl][0])) if dim == 1 else (lambda a: a[sl].copy())
     # the initial guess and cost are the best start's, like the history
     x[p.name], sd[p.name], xi[p.name] = pick(theta[best]), pick(std), pick(theta0[best])
+    sdd[p.name] = pick(data_std)
     bnd[p.name] = (pick(lower), pick(upper))
   message = str(reason[best]) + "".join(f"; warning: {m}" for m in msgs)
   # the solver's differentiated rollout: LM's linearization, or the tape's (Adam)
@@ -1609,6 +1951,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
              "lambda": np.array([h[best] for h in hist["lambda"]])},
     success=bool(done[best]), message=message, labels=labels, theta=theta[best].copy(), theta0=theta0[best].copy(),
     theta_std=std, cov=cov, corr=corr, cond=cond, warnings=msgs, starts_fun=np.asarray(f, dtype=np.float64),
+    std_data=sdd, theta_std_data=data_std, jacobian=_jacobian_name(used, central),
+    constraint_changes=int(ne.changes[sb]),
     starts_fun0=np.asarray(hist["fun"][0], dtype=np.float64),
     wall_time=wall, nresidual=prob.nresidual // nstart, sim_worlds=sim_ro.fd.nlane * prob.nworld, solver=solver,
     bounds=bnd,

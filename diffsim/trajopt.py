@@ -210,6 +210,33 @@ class TrajectoryProblem:
     self._eval()
     return self._eval_cost.numpy().copy(), self._eval_traj  # a copy: on the CPU .numpy() is a view
 
+  def replay_mujoco(self, ctrl=None) -> dict[str, np.ndarray]:
+    """Replays `ctrl` (default: the guess; e.g. `result.x`) open-loop in float64 MuJoCo C
+    (`mujoco.mj_step`), world by world with its own initial state and parameter values: the check
+    that a plan works outside diffsim's float32 simulation.
+
+    Returns:
+      `qpos (nworld, nstep + 1, nq)`, `qvel`, `act` and `sensordata (nworld, nstep + 1, ns)` (see
+      `diffsim.gradcheck.mujoco_rollout`).
+    """
+    import copy
+
+    from .gradcheck import mujoco_rollout, set_mjmodel_params
+
+    x = self.ctrl_init.numpy() if ctrl is None else ctrl
+    x = self._check_guess(x, "ctrl", self.nworld, self.horizon, self.scene.nu, self._lo_np, self._hi_np)
+    x = x.astype(np.float32).astype(np.float64)  # what the float32 simulation applied
+    q0, v0, a0 = (a.numpy().astype(np.float64) for a in (self.qpos0, self.qvel0, self.act0))
+    params = self.rollout.params
+    runs = []
+    for w in range(self.nworld):
+      mjm = self.scene.mjm
+      if params:
+        mjm = copy.deepcopy(mjm)
+        set_mjmodel_params(mjm, {p: p.value.numpy()[w].astype(np.float64) for p in params})
+      runs.append(mujoco_rollout(mjm, x[w], qpos0=q0[w], qvel0=v0[w], act0=a0[w]))
+    return {k: np.stack([r[k] for r in runs]) for k in runs[0]}
+
   def _run(self, ctrl, **kw) -> Trajectory:
     return self.rollout(ctrl, qpos0=self.qpos0, qvel0=self.qvel0, act0=self.act0, **kw)
 

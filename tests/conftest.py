@@ -33,10 +33,15 @@ def rolling_ball():
 
 
 @pytest.fixture(scope="session")
+def sliding_box():
+  return diffsim.Scene.from_xml(models.SLIDING_BOX, nworld=2, device=DEVICE)
+
+
+@pytest.fixture(scope="session")
 def constrained():
   return diffsim.Scene.from_xml(models.CONSTRAINED, nworld=2, device=DEVICE)
 
 
 @pytest.fixture(scope="session")
 def so101():
-  return diffsim.Scene.from_xml(models.so101_spec(), nworld=1, device=DEVICE)
+  return diffsim.Scene.from_xml(models.so101_spec(), nworld=2, device=DEVICE)

@@ -1,9 +1,12 @@
-"""`benchmarks/bench_sysid.py` at its tiny size: both tools identify the arm's 10 parameters (diffsim
-with both LM Jacobians).
+"""`benchmarks/bench_sysid.py` at its tiny size: `mujoco.sysid` and diffsim identify the arm's 10
+parameters on smooth data (diffsim's default and directional Jacobians), and its 5 armatures on
+data that reach the joint limits (diffsim's default, forward and directional Jacobians).
 
 Speed is never asserted; what is: the JSON is written (and matches the returned rows), every time
-and count is positive and finite, and both `mujoco.sysid` and diffsim recover the true armatures
-and dampings from the noise-free data (float64 vs float32 precision).
+and count is positive and finite, both tools recover the true armatures and dampings from the
+noise-free smooth data (float64 vs float32 precision), and the case at the limits has what it
+claims (one trajectory in four driven onto a limit, every Jacobian run and its convergence and
+error-bar columns recorded).
 """
 
 import json
@@ -22,16 +25,26 @@ def test_bench_sysid_quick(tmp_path, capsys):
   rows = bench_sysid.main(["--quick", "--device", "cpu", "--nstep", "3", "--repeats", "1", "--out", str(tmp_path)])
   saved = json.loads((tmp_path / "sysid_cpu.json").read_text())
   assert saved["rows"] == rows
-  assert [r["ntraj"] for r in rows] == [1, 2]
-  assert "| trajectories |" in capsys.readouterr().out
+  assert [(r["ntraj"], r["limits"]) for r in rows] == [(1, False), (2, False), (4, True)]
+  assert "| problem |" in capsys.readouterr().out
   for r in rows:
-    assert r["nparam"] == 10 and r["steps"] == 40
-    for key in ("sysid_s", "diffsim_s", "speedup", "sysid_nit", "diffsim_nit", "sysid_nfev", "diffsim_nfev",
-                "diffsim_worlds", "directional_s", "directional_speedup", "directional_nit", "directional_nfev",
-                "directional_worlds"):
-      assert math.isfinite(r[key]) and r[key] > 0, key
-    assert r["directional_worlds"] < r["diffsim_worlds"]  # 1 + nparam lanes against 1 + 2 nv + nparam
+    tools = ["sysid", "diffsim", "directional"] + (["forward"] if r["limits"] else [])
+    assert ("forward_s" in r) == r["limits"]
+    for tool in tools:
+      for key in ("s", "nit", "nfev", "err", "fun"):
+        assert math.isfinite(r[f"{tool}_{key}"]) and r[f"{tool}_{key}"] >= 0, (tool, key)
+      assert r[f"{tool}_s"] > 0 and r[f"{tool}_nit"] > 0 and r[f"{tool}_nfev"] > 0
+      if tool != "sysid":
+        assert r[f"{tool}_worlds"] > 0 and r[f"{tool}_speedup"] > 0 and r[f"{tool}_z"] >= 0
+        assert isinstance(r[f"{tool}_success"], bool)
+    assert r["directional_worlds"] < r["diffsim_worlds"]  # 1 + nparam lanes against 1 + 2 nv + nparam (+ guards)
     assert math.isfinite(r["diffsim_compile_s"]) and r["diffsim_compile_s"] >= 0
+    if r["limits"]:
+      assert r["nparam"] == 5 and r["steps"] == 200 and r["guess"] == [0.01] * 5
+      assert [a > 0 for a in r["at_limit"]] == [False, False, False, True], r["at_limit"]
+      assert r["forward_worlds"] == r["diffsim_worlds"]  # the default steps forward's lanes
+      continue
+    assert r["nparam"] == 10 and r["steps"] == 40
     # the initial guess is 30% off; both must land on the truth (noise-free data)
     assert r["sysid_err"] < 1e-6, r["sysid_err"]
     assert r["diffsim_err"] < 1e-4 and r["directional_err"] < 1e-4, (r["diffsim_err"], r["directional_err"])

@@ -18,7 +18,8 @@ def test_bench_rollout_runs_tiny(tmp_path):
   row = rows[0]
   assert row["nlane"] == 1 + 2 * (2 * 2 + 1)  # central differences over dqpos, qvel, ctrl
   for key in ("fwd_eager_wsps", "fwd_captured_wsps", "mjw_step_captured_wsps", "mujoco_rollout_wsps", "grad_s",
-              "fwd_over_raw", "first_fwd_s", "first_grad_s"):
+              "fwd_over_raw", "first_fwd_s", "first_grad_s", "mjw_step_user_wsps", "mujoco_rollout_1thread_wsps",
+              "mujoco_rollout_user_wsps", "fwd_over_user"):
     assert row[key] > 0, key
   assert row["compile_s"] >= 0  # first call minus second: 0 when nothing was left to compile
 
@@ -37,8 +38,9 @@ def test_bench_trajopt_runs_tiny(tmp_path):
     assert by[m]["replays_per_iter"] >= 1
   # L-BFGS (scipy on the host) uploads the controls and reads cost and gradient per evaluation
   assert by["lbfgs"]["writes_per_iter"] >= 1 and by["lbfgs"]["reads_per_iter"] >= 1
-  # the solver that set the reference reached the threshold
-  assert any(r["iters_to_threshold"] is not None for r in rows)
+  # a fixed target, independent of the other solvers (the threshold is relative to the best of them):
+  # in 3 iterations iLQR reaches this short problem's optimum, 0.63 of the initial cost (L-BFGS: 0.64)
+  assert by["ilqr"]["final_cost_median"] < 0.7 * by["ilqr"]["initial_cost_median"]
   # iLQR's first iteration is timed with both capture layouts (never compared: speed is not tested)
   assert by["ilqr"]["first_iter_one_graph_s"] > 0 and by["ilqr"]["first_iter_looped_s"] > 0
 
@@ -53,7 +55,8 @@ def test_benchmark_suite_runs_quick(tmp_path, monkeypatch):
   assert isinstance(report["sections"]["trajopt"], list), report["sections"]["trajopt"]  # not "skipped: ..."
   assert report["sections"]["mjx"].startswith("skipped: bench_mjx needs JAX and MJX"), report["sections"]["mjx"]
   det = report["sections"]["determinism"]
-  assert [r["model"] for r in det] == ["cartpole", "so101"]  # so101: self-collision, MJWarp's contact path
+  assert [r["model"] for r in det] == ["cartpole", "humanoid"]
+  assert det[1]["ncon_on"] > 0 and det[1]["ncon_off"] > 0  # the humanoid exercises MJWarp's contact path
   for r in det:
     # CPU kernels run sequentially: replays repeat bitwise with the switch off or on
     assert r["grad_bitwise_on"] and r["grad_bitwise_off"] and r["fwd_bitwise_on"], r

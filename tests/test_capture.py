@@ -71,6 +71,11 @@ def _check(violations):
                          ids=["adam", "lbfgs", "ilqr-looped-steps", "ilqr-one-graph"])
 def test_trajopt_graphs(cartpole, monkeypatch, strict_capture, method, loop):
   monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
+  # a parameter applied by an earlier rollout: the captured rollouts restore its MJCF value (by a
+  # kernel; a host upload there would break a CUDA capture)
+  damping = diffsim.Param("dof_damping", "hinge")
+  diffsim.rollout(cartpole, wp.zeros((cartpole.nworld, 3, cartpole.nu), dtype=float, device=cartpole.device),
+                  params=[damping])
   cost = [QposCost([0.3, 0.0], running=1.0, terminal=10.0), QvelCost(0.0, terminal=1.0), CtrlCost(0.1)]
   problem = diffsim.TrajectoryProblem(cartpole, cost, horizon=10)
   diffsim.optimize_trajectory(problem, method, maxiter=3, quiet=True)

@@ -14,14 +14,20 @@ import warp as wp
 import diffsim
 from diffsim.gradcheck import check_gradients, mujoco_rollout
 
-TOL = 1e-2  # relative error bar of the core issue
+TOL = 1e-2  # the bar where the physics is kinked (contacts, dry friction, saturating servos)
 
 
-def _assert_close(res):
+def _assert_close(res, tol: dict[str, float]):
+  """Each input's relative error (worst checked world) below its tolerance, `tol[name]` or `tol["*"]`.
+
+  Tolerances sit about 10x above the error measured on this CPU (noted beside each), and at most
+  `TOL`, so a bug worth a fraction of a percent of the gradient (a dropped step's term) fails.
+  """
   print(res)
   for name, err in res.rel_err.items():
     assert np.linalg.norm(res.fd[name]) > 1e-6, f"{name}: reference gradient is zero, the check would be empty"
-    assert err < TOL, f"{name}: relative error {err:.2e} >= {TOL} ({res})"
+    bound = tol.get(name, tol["*"])
+    assert err < bound, f"{name}: relative error {err:.2e} >= {bound} ({res})"
 
 
 def test_cartpole_gradients(cartpole):
@@ -30,7 +36,8 @@ def test_cartpole_gradients(cartpole):
             diffsim.Param("opt.gravity", components=[2])]
   res = check_gradients(cartpole, 0.5 * rng.standard_normal((100, 1)), qpos0=[0.1, 0.3], qvel0=[0.0, 0.5],
                         params=params)
-  _assert_close(res)
+  # measured: 2-6e-5; the hinge damping 1.0e-3 (world 1, where its gradient is mostly cancelled)
+  _assert_close(res, {"*": 3e-4, "dof_damping:hinge": TOL})
 
 
 def test_ball_and_free_joint_gradients(ball_free):
@@ -42,7 +49,8 @@ def test_ball_and_free_joint_gradients(ball_free):
   qvel0[7:10] = [1.0, 3.0, -2.0]
   params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
   res = check_gradients(ball_free, 0.3 * rng.standard_normal((60, m.nu)), qpos0=qpos0, qvel0=qvel0, params=params)
-  _assert_close(res)
+  # measured: ctrl 8e-5, qvel0 1e-4, damping 3e-4, qpos0 4e-4, mass 1.2e-3
+  _assert_close(res, {"*": 1e-3, "qpos0": 4e-3, "dof_damping:ball": 3e-3, "body_mass:bob": TOL})
 
 
 def test_contact_gradients_rolling_ball(rolling_ball):
@@ -51,21 +59,96 @@ def test_contact_gradients_rolling_ball(rolling_ball):
   params = [diffsim.Param("body_mass", "ball"), diffsim.Param("dof_damping", "ball")]
   res = check_gradients(rolling_ball, 2.0 + 0.5 * rng.standard_normal((60, 1)),
                         qvel0=[0.3, 0, 0, 0, 6.0, 0], params=params)
-  _assert_close(res)
+  # measured: ctrl 1.9e-4, mass 1.5e-4, qvel0 4.6e-4, qpos0 9e-4. The ball's damping errs by 9.8e-3 /
+  # 8.9e-3 (worlds 0 / 1) whatever the parameter's step (1e-3..1e-1) or a 10x smaller qpos step: a
+  # systematic difference not yet explained (it was 7.8e-3 before per-world inputs), held at TOL
+  _assert_close(res, {"*": 2e-3, "qvel0": 5e-3, "qpos0": TOL, "dof_damping:ball": TOL})
+
+
+def test_self_check_flags_a_box_tipping_onto_its_edge(sliding_box):
+  """A limit of the lanes, reported rather than hidden. A box at rest on a plane (its corners 1.7e-5 m
+  deep) pushed at its centre rocks onto its front edge within two steps, its back corners lifting
+  by less than a micrometre: no qpos step that float32 resolves keeps the contact rows, so the
+  lanes' derivative there is not MuJoCo's (measured: off by 2.4-3.5x on the initial position). The
+  self-check must warn, naming the steps (0-3, measured)."""
+  m = sliding_box.mjm
+  d = mujoco.MjData(m)
+  for _ in range(400):  # settle
+    mujoco.mj_step(m, d)
+  u = 6.0 + 0.5 * np.random.default_rng(4).standard_normal((60, 1))
+  with pytest.warns(diffsim.GradientWarning, match=r"first world 0 at step 0"):
+    res = check_gradients(sliding_box, u, qpos0=d.qpos.copy(), qvel0=np.tile(d.qvel, (2, 1)), wrt=("qpos0",))
+  print(res)
+  assert res.rel_err["qpos0"] > 0.5  # the warning is earned
 
 
 def test_so101_gradients(so101):
-  """The SO-101 arm with dry friction (frictionloss) and saturating servos (forcerange).
-
-  Both make the dynamics kinked; MuJoCo's derivative is reproduced with steps below the kinks'
-  width (the defaults give a smoothed gradient instead, see README "Gradient quality").
-  """
+  """The SO-101 arm with dry friction (frictionloss) and saturating servos (forcerange), at the
+  default steps users run: both kink the forces in the controls, so the default control step there
+  is the small one (`KINKED_CTRL_EPS`; the general 1e-2 errs by 6e-2 on the controls here)."""
   rng = np.random.default_rng(0)
   ctrl = np.tile(0.3 * rng.standard_normal(so101.nu), (40, 1)) + 0.05 * rng.standard_normal((40, so101.nu))
   params = [diffsim.Param("dof_damping", "elbow_flex"), diffsim.Param("dof_armature", "shoulder_lift"),
             diffsim.Param("actuator_gainprm", "elbow_flex")]
-  res = check_gradients(so101, ctrl, params=params, eps={"qpos": 1e-5, "qvel": 1e-4, "ctrl": 1e-4, "param": 1e-3})
-  _assert_close(res)
+  res = check_gradients(so101, ctrl, params=params)
+  # measured: 2.5e-5 (damping) to 9.5e-4 (armature)
+  _assert_close(res, {"*": TOL})
+
+
+def test_long_horizon_gradients(cartpole, so101):
+  """300 steps, longer than any trajectory optimized in the tutorials (200-250): float32 errors and
+  kinks compound along the adjoint recursion, so a short check could hide them."""
+  rng = np.random.default_rng(7)
+  res = check_gradients(cartpole, 0.5 * rng.standard_normal((300, 1)), qpos0=[0.1, 0.3],
+                        wrt=("ctrl", "qpos0", "qvel0"))
+  _assert_close(res, {"*": 1e-3})  # measured: 5e-5 (ctrl, qvel0), 1.4e-4 (qpos0)
+  ctrl = np.tile(0.3 * rng.standard_normal(so101.nu), (300, 1)) + 0.05 * rng.standard_normal((300, so101.nu))
+  res = check_gradients(so101, ctrl, params=[diffsim.Param("dof_damping", "elbow_flex")], wrt=("qvel0", "params"))
+  _assert_close(res, {"*": TOL, "dof_damping:elbow_flex": 2e-3})  # measured: qvel0 4.2e-3, damping 1.7e-4
+
+
+def _step_errors(scene, jac, qpos0, qvel0, ctrl):
+  """Per step, the largest error of `[A B]` (world 0) relative to `mjd_transitionFD`'s largest entry."""
+  m = scene.mjm
+  d = mujoco.MjData(m)
+  d.qpos[:], d.qvel[:] = qpos0, qvel0
+  nx = 2 * m.nv + m.na
+  err = []
+  for k in range(ctrl.shape[0]):
+    d.ctrl[:] = ctrl[k]
+    A, B = np.zeros((nx, nx)), np.zeros((nx, m.nu))
+    mujoco.mjd_transitionFD(m, d, 1e-6, True, A, B, None, None)
+    ref = np.concatenate([A, B], 1)
+    err.append(np.abs(jac[k, :, :nx + m.nu] - ref).max() / np.abs(ref).max())
+    mujoco.mj_step(m, d)
+  return np.array(err)
+
+
+@pytest.mark.parametrize("central", [True, False], ids=["central", "forward"])
+def test_self_check_marks_every_unreliable_step(so101, central):
+  """`Rollout.switches` (the gradient's self-check) against MuJoCo's own derivatives, SO-101, 40 steps.
+
+  Dry friction switches between sticking and sliding within a step of the lanes. Central differences
+  keep a clean side (or the guard lanes) and stay clean; forward differences have one lane per
+  control and velocity, and where it switches the column is off by up to 50%. Every step the
+  self-check calls clean must match `mjd_transitionFD`; the forward case must flag the steps it gets
+  wrong (measured: 3 of 40, with errors 0.09-0.55; clean steps within 2.3e-2).
+  """
+  m = so101.mjm
+  rng = np.random.default_rng(0)
+  ctrl = (np.tile(0.3 * rng.standard_normal(m.nu), (40, 1)) + 0.05 * rng.standard_normal((40, m.nu))).astype(np.float32)
+  ro = diffsim.Rollout(so101, 40, central=central)
+  ro(wp.array(np.tile(ctrl[None], (so101.nworld, 1, 1)), dtype=float), linearize=True)
+  flagged = ro.switches().numpy()[0, :40] > 0
+  err = _step_errors(so101, ro.jacobians()[0].numpy()[0], m.qpos0, np.zeros(m.nv), ctrl.astype(np.float64))
+  print("flagged steps", np.nonzero(flagged)[0], "errors there", err[flagged], "largest clean", err[~flagged].max())
+  assert err[~flagged].max() < 5e-2
+  if central:
+    assert not flagged.any()
+  else:
+    assert flagged.sum() >= 1 and err[flagged].max() > 5e-2
+    with pytest.warns(diffsim.GradientWarning, match=r"world 0 at step \d+.*constraint switch"):
+      diffsim.check_switches(ro)
 
 
 @pytest.mark.parametrize("name", ["cartpole", "ball_free", "constrained"])
@@ -186,7 +269,8 @@ def test_more_parameter_fields(cartpole):
   params[3].assign([0.05])
   res = check_gradients(cartpole, 0.5 * rng.standard_normal((60, 1)), qpos0=[0.1, 0.3], params=params,
                         wrt=("params",))
-  _assert_close(res)
+  # measured: 4e-5 (inertia, ipos, stiffness), 1.2e-4 (gain); the slider armature 3.5e-3 (float32 set_const)
+  _assert_close(res, {"*": 1e-3, "dof_armature:slider": TOL})
 
 
 def _mujoco_tangents(mjm, params, theta, ctrl, qpos0, qvel0, direction, delta=1e-6):

@@ -183,6 +183,10 @@ def test_cartpole_swings_up(swingup, method, maxiter, options):
   assert res.nit <= maxiter and res.history.shape == (res.nit + 1, 2)
   np.testing.assert_allclose(res.history[0], swingup.evaluate()[0], rtol=1e-5)  # row 0: the guess (no push)
   assert np.all(res.fun < 1e-2 * res.history[0])
+  # and the plan works outside diffsim's float32 simulation: replayed open-loop in float64 MuJoCo C
+  ref = swingup.replay_mujoco(res.x)
+  np.testing.assert_array_less(np.abs(ref["qpos"][:, -1, 1] - np.pi), 0.1)
+  np.testing.assert_array_less(np.abs(ref["qvel"][:, -1, 1]), 0.5)
 
 
 def test_worlds_with_their_own_parameters(cartpole):
