@@ -55,6 +55,8 @@ import warnings
 import numpy as np
 import warp as wp
 
+from diffsim.gradcheck import linear_functional
+
 from .bench_rollout import write_json
 
 NWORLD = 2
@@ -83,18 +85,6 @@ def controls(mjm, nworld: int, nstep: int, seed: int = 0) -> np.ndarray:
   return np.where(lim, 0.5 * (lo + hi) + 0.5 * (hi - lo) * u, u)
 
 
-@wp.kernel
-def _weighted_sum(
-  # In:
-  a: wp.array3d[float],  # (nworld, nstep + 1, n)
-  weights: wp.array3d[float],  # (nworld, nstep + 1, n)
-  # Out:
-  loss: wp.array[float],
-):
-  w, k, i = wp.tid()
-  wp.atomic_add(loss, 0, weights[w, k, i] * a[w, k, i])
-
-
 def _tape_gradient(ro, ctrl: np.ndarray, qpos0: np.ndarray, qvel0: np.ndarray, weights: dict) -> tuple[dict, bool]:
   """Tape gradient of `L = sum_s sum(weights[s] * traj.s)` (a random linear functional of the whole
   trajectory, as `diffsim.check_gradients` draws) with respect to `ctrl (nworld, nstep, nu)` and
@@ -113,7 +103,7 @@ def _tape_gradient(ro, ctrl: np.ndarray, qpos0: np.ndarray, qvel0: np.ndarray, w
       traj = ro(ctrl_wp, qpos0=qpos0, qvel0=qvel_wp)
       for s, w in w_wp.items():
         if w.shape[2]:
-          wp.launch(_weighted_sum, dim=w.shape, inputs=[getattr(traj, s), w], outputs=[loss], device=dev)
+          wp.launch(linear_functional, dim=w.shape, inputs=[getattr(traj, s), w], outputs=[loss], device=dev)
     tape.backward(loss)
   warned = any(issubclass(c.category, diffsim.GradientWarning) for c in caught)
   return {"ctrl": ctrl_wp.grad.numpy().astype(np.float64), "qvel0": qvel_wp.grad.numpy().astype(np.float64)}, warned

@@ -21,7 +21,7 @@ import warp as wp
 from .params import Param
 from .rollout import rollout
 
-__all__ = ["mujoco_rollout", "check_gradients", "GradCheck", "set_mjmodel_params"]
+__all__ = ["mujoco_rollout", "check_gradients", "GradCheck", "set_mjmodel_params", "linear_functional"]
 
 
 def set_mjmodel_params(mjm: mujoco.MjModel, values: dict[Param, np.ndarray]) -> None:
@@ -97,7 +97,7 @@ class GradCheck:
 
 
 @wp.kernel
-def _linear_functional(
+def linear_functional(
   # In:
   a: wp.array3d[float],  # (nworld, nstep + 1, n)
   weights: wp.array3d[float],  # (nworld, nstep + 1, n)
@@ -185,7 +185,7 @@ def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: 
                    central=central)
     for s in signals:
       if sizes[s]:
-        wp.launch(_linear_functional, dim=(n, nstep + 1, sizes[s]), inputs=[getattr(traj, s), w_wp[s]],
+        wp.launch(linear_functional, dim=(n, nstep + 1, sizes[s]), inputs=[getattr(traj, s), w_wp[s]],
                   outputs=[loss], device=dev)
   tape.backward(loss)
   tape_grads = {"ctrl": ctrl_wp.grad.numpy().copy(), "qpos0": qpos0_wp.grad.numpy().copy(),

@@ -19,6 +19,8 @@ from conftest import DEVICE
 import diffsim
 from diffsim.gradcheck import mujoco_rollout
 
+from benchmarks.bench_contact_gradients import _final_state_loss  # the loss, as the sweep uses it
+
 NSTEP = 20
 
 # A ball on two slide joints (x, z), no gravity, between the floor and one of two ceilings: under
@@ -60,24 +62,6 @@ def humanoid():
 @pytest.fixture(scope="session")
 def onset():
   return diffsim.Scene.from_xml(CONTACT_ONSET, nworld=2, device=DEVICE)
-
-
-@wp.kernel
-def _final_state_loss(
-  # In:
-  qpos: wp.array3d[float],  # (nworld, nstep + 1, nq)
-  qvel: wp.array3d[float],  # (nworld, nstep + 1, nv)
-  # Out:
-  loss: wp.array[float],
-):
-  w = wp.tid()
-  t = qpos.shape[1] - 1
-  s = float(0.0)
-  for i in range(qpos.shape[2]):
-    s += 0.5 * qpos[w, t, i] * qpos[w, t, i]
-  for i in range(qvel.shape[2]):
-    s += 0.25 * qvel[w, t, i] * qvel[w, t, i]
-  wp.atomic_add(loss, 0, s)
 
 
 def test_humanoid_ctrl_gradient_through_contact(humanoid):
