@@ -5,7 +5,8 @@ model's `qpos0` at rest, fixed random controls in [-0.4, 0.4] (inside the contro
 clamping kinks), loss = sum of squares of the final `qpos` of each world; the gradient is
 d(loss)/d(ctrl), `(nworld, nstep, nu)`, at 1, 64 and 1024 worlds.
 
-  - diffsim: a `diffsim.Rollout(scene, nstep)` recorded on a `wp.Tape`, a loss kernel and
+  - diffsim: a `diffsim.Rollout(scene, nstep, gradient="finite_difference")` (the perturbation lanes;
+    the analytic adjoint against MJX is in `bench_adjoint.py`) recorded on a `wp.Tape`, a loss kernel and
     `tape.backward`, all captured once with `wp.ScopedCapture` and replayed with
     `wp.capture_launch` (as `bench_rollout.py` does); forward: a non-differentiable `Rollout`,
     captured the same way.
@@ -120,11 +121,11 @@ def diffsim_case(u: np.ndarray, device) -> dict:
     return replay, ctrl.grad.numpy().copy()  # a copy: on the CPU .numpy() is a view of ctrl.grad
 
   t1 = time.perf_counter()
-  ro = diffsim.Rollout(scene, nstep)  # central differences, the default
+  ro = diffsim.Rollout(scene, nstep, gradient="finite_difference")  # central differences, the default
   replay_grad, grad = captured_gradient(ro)  # the eager call compiles the Jacobian and adjoint kernels
   first_call_s += time.perf_counter() - t1
   # forward differences: 1 + nx + nu lanes instead of 1 + 2 (nx + nu), less precise (README, gradient quality)
-  ro_fd = diffsim.Rollout(scene, nstep, central=False)
+  ro_fd = diffsim.Rollout(scene, nstep, central=False, gradient="finite_difference")
   replay_grad_fd, grad_fd = captured_gradient(ro_fd)
   return {"grad": grad, "grad_fd": grad_fd, "qpos": qpos, "first_call_s": first_call_s, "device": str(scene.device),
           "nlane": ro.fd.nlane, "nlane_fd": ro_fd.fd.nlane, "run_grad": replay_grad, "run_grad_fd": replay_grad_fd,

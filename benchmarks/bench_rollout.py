@@ -189,7 +189,8 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   nlane = lane_count(scene)
   grad = first_grad = None
   if grad_max_worlds is None or nlane * nworld <= grad_max_worlds:
-    ro = diffsim.Rollout(scene, nstep)  # allocates the nlane * nworld worlds
+    # the lanes (the analytic adjoint, where it covers a model, is timed in bench_adjoint.py)
+    ro = diffsim.Rollout(scene, nstep, gradient="finite_difference")  # allocates the nlane * nworld worlds
     assert ro.fd.nlane == nlane
     gradient = gradient_fn(ro, ctrl)
     first_grad = _wall(gradient)
@@ -250,7 +251,7 @@ def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats:
       fwd = diffsim.Rollout(scene, nstep, differentiable=False)
       traj = fwd(ctrl)  # eager first: compiles
       replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
-      gradient = gradient_fn(diffsim.Rollout(scene, nstep), ctrl)
+      gradient = gradient_fn(diffsim.Rollout(scene, nstep, gradient="finite_difference"), ctrl)
       gradient()
       replay_grad = _graph(scene.device, gradient)
       key = "on" if flag else "off"

@@ -6,11 +6,14 @@ Problems (defined by the tutorials, imported from `tutorials/`):
 
 For each problem every solver (`ilqr`, `adam`, `lbfgs`) runs from the same guess after a warm-up
 call that compiles the kernels and captures the graphs (one-time costs, reported apart as
-`warmup_s`). The timed run reads the best cost per world after every iteration (`log_every=1`,
-one small read) to timestamp it. Reported per solver:
+`warmup_s`). The timed run, repeated `--repeats` times (3) from the same guess, reads the best cost
+per world after every iteration (`log_every=1`, one small read) to timestamp it. Reported per solver:
   - `time_to_threshold_s` / `iters_to_threshold`: first time every world's best cost is within
     `--rtol` (10%) of the lowest final cost any solver found for that world (`null`: never), and
-    `time_to_2x_s` / `iters_to_2x` for within 100% (a solution of the task, not yet refined);
+    `time_to_2x_s` / `iters_to_2x` for within 100% (a solution of the task, not yet refined): the
+    median over the runs, each run's in `time_to_threshold_runs_s` / `time_to_2x_runs_s`, and
+    `spread`, (max - min) / median of the runs' wall times (`wall_s`: the median; `wall_runs_s`);
+    iterations, costs and success come from the first run (the others repeat it on the CPU);
   - the final success rate of the task itself: cart-pole, pole within 0.1 rad of upright and
     turning slower than 0.5 rad/s; SO-101, end effector within 1 cm of its target;
   - host traffic per iteration: device-to-host reads (`wp.array.numpy`, `.list`), host-to-device
@@ -23,7 +26,7 @@ one small read) to timestamp it. Reported per solver:
     problem (graph capture included, kernels compiled) with the iteration captured as one graph
     (the GPU's default) and with the rollouts' step captured once and replayed per step (the CPU's).
 
-Run: `python -m benchmarks.bench_trajopt [--device cpu] [--problems cartpole so101] [--quick]`.
+Run: `python -m benchmarks.bench_trajopt [--device cpu] [--problems cartpole so101] [--repeats 3] [--quick]`.
 Prints a Markdown table and writes `benchmarks/results/trajopt_<device>.json` after every problem
 (temp file, then rename).
 Sizes: CPU, cart-pole 4 worlds and SO-101 8 worlds over 0.3 s; CUDA, 1,024 and 2,048 worlds (the
@@ -155,7 +158,8 @@ def ilqr_first_iteration(name: str, nworld: int, device, quick: bool, options: d
   return out
 
 
-def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solvers=SOLVERS) -> list[dict]:
+def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solvers=SOLVERS,
+                  repeats: int = 1) -> list[dict]:
   t = time.perf_counter()
   problem, success = make_problem(name, nworld, quick, device)
   setup_s = time.perf_counter() - t
@@ -171,36 +175,46 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
     diffsim.optimize_trajectory(problem, method, maxiter=maxiter, log_every=1, quiet=True, options=opts,
                                 callback=lambda nit, fun: True)
     warmup_s = time.perf_counter() - t
-    stamps = []
+    results, stamps, walls = [], [], []
+    for _ in range(max(int(repeats), 1)):
+      stamps.append([])
 
-    def stamp(nit, fun):
-      stamps.append((nit, time.perf_counter() - t0, fun.copy()))
-      return False
+      def stamp(nit, fun):
+        stamps[-1].append((nit, time.perf_counter() - t0, fun.copy()))
+        return False
 
-    t0 = time.perf_counter()
-    res = diffsim.optimize_trajectory(problem, method, maxiter=maxiter, ftol=0.0, log_every=1, quiet=True,
-                                      options=opts, callback=stamp)
-    wall = time.perf_counter() - t0
-    runs[method] = dict(res=res, stamps=stamps, wall=wall, warmup_s=warmup_s, maxiter=maxiter, opts=opts)
+      t0 = time.perf_counter()
+      results.append(diffsim.optimize_trajectory(problem, method, maxiter=maxiter, ftol=0.0, log_every=1, quiet=True,
+                                                 options=opts, callback=stamp))
+      walls.append(time.perf_counter() - t0)
+    runs[method] = dict(res=results[0], stamps=stamps, walls=walls, warmup_s=warmup_s, maxiter=maxiter, opts=opts)
   # the reference per world: the lowest final cost of any solver
   ref = np.min([r["res"].fun for r in runs.values()], axis=0)
   rows = []
   for method, r in runs.items():
     res = r["res"]
-    hits = {tol: next(((nit, s) for nit, s, fun in r["stamps"] if np.all(fun <= ref + tol * np.abs(ref))), None)
-            for tol in (1.0, rtol)}
+    # per run, (iterations, seconds) to each threshold; None where a run never got there
+    per_run = {tol: [next(((nit, s) for nit, s, fun in st if np.all(fun <= ref + tol * np.abs(ref))), None)
+                     for st in r["stamps"]] for tol in (1.0, rtol)}
+    hits = {tol: None if any(h is None for h in hs) else (hs[0][0], float(np.median([h[1] for h in hs])))
+            for tol, hs in per_run.items()}
+    runs_s = {tol: [None if h is None else h[1] for h in hs] for tol, hs in per_run.items()}
+    wall = float(np.median(r["walls"]))
     traffic = traffic_per_iteration(problem, method, r["opts"])
     first = ilqr_first_iteration(name, nworld, device, quick, r["opts"]) if method == "ilqr" else {}
     ok = success(res)
     rows.append({
       "problem": name, "method": method, "nworld": problem.nworld, "horizon": problem.horizon,
       "dt": problem.scene.dt, "device": str(problem.scene.device), "maxiter": r["maxiter"], "nit": res.nit,
-      "wall_s": r["wall"], "s_per_iter": r["wall"] / max(res.nit, 1), "warmup_s": r["warmup_s"],
-      "setup_s": setup_s, "rtol": rtol,
+      "wall_s": wall, "s_per_iter": wall / max(res.nit, 1), "warmup_s": r["warmup_s"],
+      "setup_s": setup_s, "rtol": rtol, "repeats": len(r["walls"]), "wall_runs_s": r["walls"],
+      "spread": (max(r["walls"]) - min(r["walls"])) / max(wall, 1e-300),
       "time_to_threshold_s": None if hits[rtol] is None else hits[rtol][1],
       "iters_to_threshold": None if hits[rtol] is None else hits[rtol][0],
+      "time_to_threshold_runs_s": runs_s[rtol],
       "time_to_2x_s": None if hits[1.0] is None else hits[1.0][1],
       "iters_to_2x": None if hits[1.0] is None else hits[1.0][0],
+      "time_to_2x_runs_s": runs_s[1.0],
       "initial_cost_median": float(np.median(res.history[0])),
       "final_cost_median": float(np.median(res.fun)), "final_cost_max": float(np.max(res.fun)),
       "success_rate": float(np.mean(ok)),
@@ -211,7 +225,7 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
 
 
 def table(rows: list[dict]) -> str:
-  head = ("| problem | worlds | steps | solver | iters | time to 2x best | time to threshold | s/iter | "
+  head = ("| problem | worlds | steps | solver | iters | time to 2x best | time to threshold | s/iter | runs, spread | "
           "final success | reads/iter | writes/iter | launches/iter | replays/iter | warm-up |")
   lines = [head, "|" + "---|" * (head.count("|") - 1)]
   for r in rows:
@@ -219,7 +233,8 @@ def table(rows: list[dict]) -> str:
     lines.append(f"| {r['problem']} | {r['nworld']} | {r['horizon']} | {r['method']} | {r['nit']} | "
                  f"{hit(r['time_to_2x_s'], r['iters_to_2x'])} | "
                  f"{hit(r['time_to_threshold_s'], r['iters_to_threshold'])} | "
-                 f"{r['s_per_iter']:.3f} | {100 * r['success_rate']:.0f}% | {r['reads_per_iter']:.2f} | "
+                 f"{r['s_per_iter']:.3f} | {r.get('repeats', 1)}, {100 * r.get('spread', 0.0):.0f}% | "
+                 f"{100 * r['success_rate']:.0f}% | {r['reads_per_iter']:.2f} | "
                  f"{r['writes_per_iter']:.2f} | {r['launches_per_iter']:.1f} | {r['replays_per_iter']:.1f} | "
                  f"{r['warmup_s']:.1f} s |")
   rtol = rows[0]["rtol"] if rows else 0.1
@@ -231,8 +246,8 @@ def table(rows: list[dict]) -> str:
                    f"{r['first_iter_looped_s']:.2f} s ({r['first_iter_one_graph_s'] / r['first_iter_looped_s']:.1f}x)")
   lines.append("")
   lines.append(f"Threshold: every world within {100 * rtol:.0f}% of the lowest final cost any solver reached for "
-               "it (2x best: within 100%). Traffic: per iteration, with no progress reads (see "
-               "`count_host_traffic`).")
+               "it (2x best: within 100%); times: the median of the runs, spread: (max - min) / median of their "
+               "wall times. Traffic: per iteration, with no progress reads (see `count_host_traffic`).")
   return "\n".join(lines)
 
 
@@ -244,6 +259,7 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--nworld", type=int, nargs="+", default=None,
                       help="worlds per problem (default: CPU 4 and 8, CUDA 1024 and 2048)")
   parser.add_argument("--rtol", type=float, default=0.1)
+  parser.add_argument("--repeats", type=int, default=3, help="timed runs per solver (median and spread reported)")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args, _ = parser.parse_known_args(argv)  # benchmarks.run passes --nstep/--repeats to every section
@@ -258,7 +274,7 @@ def main(argv=None) -> list[dict]:
   path = os.path.join(args.out, f"trajopt_{str(device).replace(':', '')}.json")
   for name in args.problems:
     print(f"bench_trajopt: {name}, {sizes[name]} worlds, solvers {args.solvers}", flush=True)
-    rows += bench_problem(name, sizes[name], device, args.quick, args.rtol, args.solvers)
+    rows += bench_problem(name, sizes[name], device, args.quick, args.rtol, args.solvers, args.repeats)
     # after every problem: a run stopped by a timeout keeps the problems it finished
     write_json(path, {"argv": sys.argv[1:] if argv is None else list(argv), "rows": rows})
   print(table(rows))

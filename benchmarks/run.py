@@ -7,6 +7,8 @@ reported as failed and the others still run):
   rollout      forward world-steps/s: diffsim (eager, captured) vs raw `mjw.step` vs `mujoco.rollout`;
                gradient cost (forward+backward over forward, and per perturbation lane); compile time;
                cart-pole, SO-101 and MJWarp's humanoid (contact-rich)
+  adjoint      gradient / forward of the analytic adjoint beside the lanes and MJX's `jax.grad`, cart-pole,
+               SO-101 and humanoid without contacts, 1, 64 and 1,024 worlds
   determinism  captured forward and gradient time with `set_deterministic` off and on, and whether
                replays are bitwise equal; cart-pole and the humanoid (contacts) at the largest size
                (64 worlds on the CPU, where kernels run sequentially and repeat anyway)
@@ -16,6 +18,7 @@ reported as failed and the others still run):
   sysid        diffsim vs `mujoco.sysid` on the same data, 1 and 64 trajectories (needs mujoco[sysid])
   contact      gradient error against float64 MuJoCo C, unresolved constraint switches, memory and time
                over MuJoCo Warp's own test models (2 worlds, 20 steps; each model in its own process)
+  startup      `import diffsim` and a whole `diffsim sysid` process (spring-mass, 500 samples), warm cache
 
 Writes `benchmarks/results/<device>.json` and `<device>.md` after every section (temp file, then
 rename), so an interrupted run keeps the sections it finished.
@@ -34,7 +37,7 @@ import warp as wp
 
 from benchmarks import bench_rollout
 
-SECTIONS = ("rollout", "determinism", "mjx", "trajopt", "sysid", "contact")
+SECTIONS = ("rollout", "adjoint", "determinism", "mjx", "trajopt", "sysid", "contact", "startup")
 
 
 def _section(module: str, argv: list[str]):
@@ -102,12 +105,15 @@ def main(argv=None) -> dict:
     "rollout": ("bench_rollout", common + sizes + (["--models", "cartpole"] if args.quick else [])
                 + ([] if args.grad_max_worlds is None else ["--grad-max-worlds", str(args.grad_max_worlds)])),
     "mjx": ("bench_mjx", ["--nstep", str(args.mjx_nstep)] + common[2:] + sizes),
+    "adjoint": ("bench_adjoint", common + sizes + (["--models", "cartpole"] if args.quick else ["--mjx"])),
     "trajopt": ("bench_trajopt", common + (["--quick"] if args.quick else [])),
     "sysid": ("bench_sysid", common + (["--quick"] if args.quick else [])),
     "contact": ("bench_contact_gradients", common[4:] + (["--quick"] if args.quick else [])),  # --out, --device
+    "startup": ("bench_startup", ["--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])),
   }
-  titles = {"rollout": "Rollout and gradient throughput", "determinism": "Determinism", "mjx": "mjx",
-            "trajopt": "trajopt", "sysid": "sysid", "contact": "Gradients through contact (MJWarp test models)"}
+  titles = {"rollout": "Rollout and gradient throughput", "adjoint": "Analytic adjoint: gradient / forward","determinism": "Determinism", "mjx": "mjx",
+            "trajopt": "trajopt", "sysid": "sysid", "contact": "Gradients through contact (MJWarp test models)",
+            "startup": "Start-up (import, a whole diffsim sysid process)"}
 
   def markdown() -> list[str]:
     md = []
@@ -150,8 +156,8 @@ def _text(name: str, rows) -> str:
     return rows
   if name == "determinism":
     return bench_rollout.determinism_table(rows)
-  module = {"rollout": "bench_rollout", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid",
-            "contact": "bench_contact_gradients"}[name]
+  module = {"rollout": "bench_rollout", "adjoint": "bench_adjoint", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid",
+            "contact": "bench_contact_gradients", "startup": "bench_startup"}[name]
   return importlib.import_module(f"benchmarks.{module}").table(rows)
 
 

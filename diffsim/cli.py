@@ -22,9 +22,14 @@ examples:
   diffsim sysid so101.xml rec.csv --param dof_damping:elbow_flex --bounds dof_damping:elbow_flex=0.1,5 \\
       --weight qvel=0.1 --shooting 50 --starts 4 --device cuda:0
 
+  diffsim sysid so101.xml ~/.cache/huggingface/lerobot/me/so101_moves --episodes 0:10 --units degrees \
+      --param dof_damping:elbow_flex --param dof_armature:elbow_flex --param actuator_gainprm:elbow_flex
+
 Recorded data: .npz with time (T,), ctrl (T, nu) and qpos (T, nq) / qvel (T, nv) / sensordata
 (T, nsensordata), or .csv with a header naming columns (time, ctrl:<actuator>, qpos:<joint>, ...);
-see the docstring of diffsim.data. Writes OUTDIR/params.json, OUTDIR/model.xml and PNG plots.
+see the docstring of diffsim.data. A folder with meta/info.json is a LeRobot dataset (v2.1 or
+v3.0): observation.state gives qpos, action the position actuators' controls, by joint name; see
+the docstring of diffsim.lerobot. Writes OUTDIR/params.json, OUTDIR/model.xml and PNG plots.
 """
 
 
@@ -55,6 +60,29 @@ def _weight(text: str):
     raise argparse.ArgumentTypeError(f"weight must be a number: {text!r}") from None
 
 
+def _episodes(text: str):
+  """`0:10` -> slice(0, 10); `3`, `0,2,5`, `0:10,12` -> a list of episode indices."""
+  parts = [p.strip() for p in text.split(",") if p.strip()]
+  out = []
+  try:
+    for part in parts:
+      if ":" in part:
+        a, _, b = part.partition(":")
+        if not b.strip():
+          if len(parts) > 1:
+            raise argparse.ArgumentTypeError(f"an open range ({part}) must stand alone in --episodes {text!r}")
+          return slice(int(a) if a.strip() else 0, None)
+        out.extend(range(int(a) if a.strip() else 0, int(b)))
+      else:
+        out.append(int(part))
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"--episodes takes episode indices and ranges such as 0:10, 3 or 0,2,5; got "
+                                     f"{text!r}") from None
+  if not out or min(out) < 0:
+    raise argparse.ArgumentTypeError(f"--episodes {text!r} selects no episode (indices start at 0)")
+  return out
+
+
 def _add_sysid(sub) -> None:
   p = sub.add_parser(
     "sysid", help="identify model parameters from recorded trajectories",
@@ -62,7 +90,9 @@ def _add_sysid(sub) -> None:
                 "(Levenberg-Marquardt on MJWarp rollouts, one world per trajectory).",
     epilog=_SYSID_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("model", metavar="MODEL.xml", help="MJCF model; its values are the initial guess")
-  p.add_argument("data", metavar="DATA", nargs="+", help="recordings (.npz or .csv); all share the parameters")
+  p.add_argument("data", metavar="DATA", nargs="+",
+                 help="recordings (.npz or .csv) or LeRobot dataset folders (with meta/info.json); all share the "
+                      "parameters")
   p.add_argument("--param", "-p", dest="params", action="append", required=True, metavar="FIELD:ELEMENT",
                  help="parameter to identify, e.g. body_mass:ball, dof_damping:slide, opt.gravity (repeatable)")
   p.add_argument("--bounds", action="append", type=_bound, default=[], metavar="NAME=LO,HI",
@@ -92,6 +122,13 @@ def _add_sysid(sub) -> None:
   p.add_argument("--max-steps-per-sample", type=int, default=None, metavar="N",
                  help="most model steps between two samples (default 500; longer intervals are refused as "
                       "likely times in milliseconds)")
+  p.add_argument("--episodes", type=_episodes, default=None, metavar="SPEC",
+                 help="LeRobot datasets: the episodes to use, e.g. 0:10 (0 to 9), 3, 0,2,5 or 0:10,12 (default all)")
+  p.add_argument("--units", choices=("degrees", "normalized"), default=None,
+                 help="LeRobot datasets: units of the body joints, degrees (use_degrees, LeRobot's default from "
+                      "0.4.4) or normalized (RANGE_M100_100, needs --calibration); default: detect, and say so")
+  p.add_argument("--calibration", default=None, metavar="FILE",
+                 help="LeRobot datasets: the arm's calibration, calibration/robots/<robot_type>/<id>.json")
   p.add_argument("--device", default=None, help="Warp device: cpu, cuda, cuda:N (default: cuda if available)")
   p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
   p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -110,28 +147,59 @@ def _run_sysid(args) -> int:
   if args.lr is not None and args.solver != "adam":
     print("diffsim sysid: error: --lr is Adam's step size; add --solver adam, or drop --lr", file=sys.stderr)
     return 2
-  try:
-    import warp as wp
+  datasets = [d for d in args.data if os.path.isdir(d)]
+  lerobot_opts = [o for o, v in (("--episodes", args.episodes), ("--units", args.units),
+                                 ("--calibration", args.calibration)) if v is not None]
+  if lerobot_opts and not datasets:
+    print(f"diffsim sysid: error: {', '.join(lerobot_opts)} select and convert LeRobot datasets, but no DATA is a "
+          "dataset folder (one with meta/info.json)", file=sys.stderr)
+    return 2
+  from . import lerobot
 
-    if not args.verbose:
-      wp.config.log_level = wp.LOG_WARNING  # keep stdout for the summary: no init banner, no module logs
+  caught: list = []
+  try:
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always", sysid.IdentifiabilityWarning)
+      data, limit = [], args.max_steps_per_sample
+      for item in args.data:
+        if not os.path.isdir(item):
+          data.append(item)
+          continue
+        if not lerobot.is_lerobot_dataset(item):
+          raise _data.DataError(f"{item} is a folder but not a LeRobot dataset (no meta/info.json); give .npz or "
+                                ".csv files, or a dataset's root folder")
+        recs = lerobot.load_lerobot(item, args.model, episodes=args.episodes, units=args.units,
+                                    calibration=args.calibration)
+        data.extend(recs)
+        if args.max_steps_per_sample is None:  # frame times come from fps: no millisecond mistake to guard against
+          import mujoco
+
+          dt = float(mujoco.MjModel.from_xml_path(args.model).opt.timestep)
+          steps = max(int(round(float(max(r.time[1:] - r.time[:-1])) / dt)) for r in recs)
+          limit = max(limit or _data.MAX_STEPS_PER_SAMPLE, steps)
+      import warp as wp
+
+      if not args.verbose:
+        wp.config.log_level = wp.LOG_WARNING  # keep stdout for the summary: no init banner, no module logs
       res = sysid.identify(
-        args.model, list(args.data), args.params, bounds=dict(args.bounds), weights=dict(args.weight),
+        args.model, data, args.params, bounds=dict(args.bounds), weights=dict(args.weight),
         normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters,
         **({} if args.lr is None else {"lr": args.lr}), shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample,
-        max_steps_per_sample=args.max_steps_per_sample, fit_qpos0=args.fit_qpos0, device=args.device,
+        max_steps_per_sample=limit, fit_qpos0=args.fit_qpos0, device=args.device,
         out=args.out, plots=not args.no_plots, progress=not args.quiet)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,
           NotImplementedError, FloatingPointError) as e:
     msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+    for m in _data.group_messages(str(w.message) for w in caught
+                                  if not issubclass(w.category, sysid.IdentifiabilityWarning)):
+      print(f"warning: {m}", file=sys.stderr)  # what was assumed before the error (units, timing)
     print(f"diffsim sysid: error: {msg}", file=sys.stderr)
     return 2
-  for w in caught:
-    if not issubclass(w.category, sysid.IdentifiabilityWarning) and not (res.save_error and res.save_error in str(w.message)):
-      print(f"warning: {w.message}", file=sys.stderr)
+  shown = [str(w.message) for w in caught if not issubclass(w.category, sysid.IdentifiabilityWarning)
+           and not (res.save_error and res.save_error in str(w.message))]
+  for m in _data.group_messages(shown):  # one line for what several recordings share
+    print(f"warning: {m}", file=sys.stderr)
   for m in res.warnings:
     print(f"warning: {m}", file=sys.stderr)
   if res.save_error:

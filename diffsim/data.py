@@ -35,9 +35,13 @@ Elements with several values take an index: `qpos:<free joint>[3]` (its quaterni
 
 Sampling: sample times must be multiples of the model timestep `dt` after `time[0]` (e.g. a
 50 Hz recording of a model with `timestep=0.002` is simulated with 10 steps per row; rows may be
-irregular as long as each interval is a multiple of `dt`). Other recordings can be put on such a
-grid with `resample` (CLI: `--resample`), which interpolates measurements linearly and holds
-controls. One interval may span at most `MAX_STEPS_PER_SAMPLE` (500) model steps (1 s at
+irregular as long as each interval is a multiple of `dt`). An interval within 1e-5 (relative) of a
+whole number of steps counts as that many (a timestep written with six digits), and `validate`
+warns how far the simulation's clock then drifts from the recording's (`clock_drift`). Other
+recordings can be put on such a grid with `resample` (CLI: `--resample`), which interpolates
+measurements linearly and holds controls (a new time within 1% of a period of a recorded one takes
+that sample's values and control). LeRobot datasets: `load_lerobot` (`diffsim.lerobot`).
+One interval may span at most `MAX_STEPS_PER_SAMPLE` (500) model steps (1 s at
 `timestep=0.002`): times in milliseconds instead of seconds give 1000 times the true count,
 at least 1000, and would make identification run for hours, so validation refuses them. Data
 that really are this sparse pass with `max_steps_per_sample=N` (`load`, `validate`,
@@ -61,16 +65,26 @@ import csv
 import os
 import re
 import tempfile
+import warnings
 from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
 
-__all__ = ["Recording", "DataError", "load", "load_npz", "load_csv", "save_npz", "save_csv", "validate",
-           "resample", "sim_steps", "simulate", "estimate_qvel", "MAX_STEPS_PER_SAMPLE", "initial_state_warning"]
+__all__ = ["Recording", "DataError", "load", "load_npz", "load_csv", "load_lerobot", "save_npz", "save_csv",
+           "validate", "resample", "sim_steps", "clock_drift", "group_messages", "simulate", "estimate_qvel",
+           "MAX_STEPS_PER_SAMPLE",
+           "initial_state_warning"]
 
 _KINDS = ("qpos", "qvel", "sensordata")  # measured signals, in residual order
 _TIME_RTOL = 1e-4  # sample times may deviate from the dt grid by this fraction of dt (float round-off)
+# A sample interval may differ from a whole number n of steps by this fraction of n dt: a timestep written
+# with six digits (1/480 s as 0.00208333) is 2e-7 relative off, 16 of its steps against 1/30 s 1.6e-6.
+_PERIOD_RTOL = 1e-5
+# `resample` takes a new sample time this close to an original one (fraction of the new period) as that sample
+_SNAP_RTOL = 1e-2
+# Largest plausible magnitude of any recorded value in SI units (float32 resolves 1e-7 of it)
+_ABSURD = 1e6
 # Most model steps one sample interval may span (`validate`'s `max_steps_per_sample` default). Times
 # logged in ms give 1000x the true count, >= 1000, so the limit is below that: 500 steps is 1 s at
 # timestep 0.002 (sparser than identification data usually are). Raise it for data that really are sparse.
@@ -216,31 +230,154 @@ def _check_model(rec: Recording, mjm: mujoco.MjModel) -> None:
                     "is this recording for another model?")
   if rec.sensor_mask is not None and rec.sensor_mask.shape != (mjm.nsensordata,):
     raise DataError(f"{src}: sensor_mask must have shape ({mjm.nsensordata},), got {rec.sensor_mask.shape}")
+  _check_magnitudes(rec, mjm)
   sim_steps(rec.time, float(mjm.opt.timestep), source=src)
 
 
+def _column_name(mjm, kind: str, i: int) -> str:
+  """The CSV name of column `i` of `kind` (`qpos:elbow`, `ctrl:servo`, `sensor:tip[2]`), else `kind[i]`."""
+  for name, (k, j) in _columns(mjm).items():
+    if k == kind and j == i and ":" in name:
+      return name
+  return f"{kind}[{i}]"
+
+
+def _check_magnitudes(rec: Recording, mjm: mujoco.MjModel) -> None:
+  """Refuses values no SI recording holds: the float32 simulation would overflow (SVD failures), or, for
+  a joint angle far outside its range, the unit is likely wrong (degrees, encoder ticks)."""
+  src = rec.source
+  for kind in ("time", "ctrl", "qpos", "qvel", "sensordata", "act"):
+    v = getattr(rec, kind)
+    if v is None or not v.size:
+      continue
+    a = np.abs(np.nan_to_num(v, nan=0.0))
+    if a.max() > _ABSURD:
+      row, col = np.unravel_index(int(np.argmax(a)), a.shape) if a.ndim == 2 else (int(np.argmax(a)), None)
+      name = "time" if col is None else _column_name(mjm, kind, int(col))
+      raise DataError(
+        f"{src}: {name} reaches {v[row] if col is None else v[row, col]:.3g} (row {row}), beyond any plausible value "
+        f"in SI units (|value| <= {_ABSURD:.0e}; the simulation runs in float32). Is the column in other units (mm "
+        f"instead of m, encoder ticks instead of rad, us instead of s) or the export corrupt? Convert it to SI units "
+        f"(m, rad, s, N) or drop it")
+  # joint and control ranges: a hinge angle many ranges away from its limits is in degrees or ticks
+  checks = []
+  if rec.qpos is not None:
+    for j in range(mjm.njnt):
+      if mjm.jnt_limited[j] and int(mjm.jnt_type[j]) in (2, 3):
+        checks.append(("qpos", int(mjm.jnt_qposadr[j]), mjm.jnt_range[j], int(mjm.jnt_type[j]) == 3))
+  if rec.ctrl is not None:
+    for a in range(mjm.nu):  # position servos on a joint: their control is a joint position
+      servo = mjm.actuator_biastype[a] == mujoco.mjtBias.mjBIAS_AFFINE and mjm.actuator_biasprm[a, 1] < 0
+      if mjm.actuator_ctrllimited[a] and servo and mjm.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT:
+        hinge = int(mjm.jnt_type[mjm.actuator_trnid[a, 0]]) == 3
+        checks.append(("ctrl", a, mjm.actuator_ctrlrange[a], hinge))
+  for kind, i, (lo, hi), hinge in checks:
+    v = getattr(rec, kind)[:, i]
+    width = max(hi - lo, 1e-3)
+    far = (v < lo - 2.0 * width - 0.5) | (v > hi + 2.0 * width + 0.5)
+    if not far.any():
+      continue
+    row = int(np.argmax(np.where(far, np.abs(v), -np.inf)))
+    hint = ("degrees instead of radians (multiply by pi/180) or raw encoder ticks (convert with the servo's "
+            "calibration)" if hinge else "other units (mm instead of m?) or raw encoder counts")
+    raise DataError(
+      f"{src}: {_column_name(mjm, kind, i)} reaches {v[row]:.6g} at row {row}, far outside its range [{lo:.4g}, "
+      f"{hi:.4g}] {'rad' if hinge else ''}: likely {hint}. Convert the column to SI units (rad, m)")
+
+
 def sim_steps(time: np.ndarray, dt: float, *, source: str = "recording") -> np.ndarray:
-  """Simulation step index of each sample, `round((time - time[0]) / dt)`, `(T,)` int64.
+  """Simulation step index of each sample, `(T,)` int64: the whole steps of every interval, summed.
+
+  An interval `time[i] - time[i - 1]` is `n >= 1` steps when it is within `1e-4` of a step (float
+  round-off) or `1e-5 n` (relative) of `n dt`: a timestep written with few digits (1/480 s as
+  `0.00208333`, how `MjSpec.to_xml` writes it) makes 16 steps 1.6e-6 shorter than a 30 fps frame,
+  and the simulation's clock then drifts from the recording's by that much per sample
+  (`clock_drift`; `validate` warns when it exceeds round-off).
 
   Raises:
-    DataError: when a sample time is not a multiple of `dt` after `time[0]`.
+    DataError: when a sample interval is not a whole number of steps `dt`.
   """
   time = np.asarray(time, dtype=np.float64)
-  rel = (time - time[0]) / dt
-  n = np.rint(rel).astype(np.int64)
-  off = np.abs(rel - n)
-  bad = (off > _TIME_RTOL) | (np.diff(n, prepend=-1) < 1)
+  rel = np.diff(time) / dt
+  steps = np.rint(rel)
+  bad = (np.abs(rel - steps) > np.maximum(_TIME_RTOL, _PERIOD_RTOL * steps)) | (steps < 1)
+  n = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
   if bad.any():
-    i = int(np.argmax(bad))
-    i = max(i, 1)
+    i = int(np.argmax(bad)) + 1
     period = float(np.median(np.diff(time)))
     k = max(1, int(round(period / dt)))
+    # the divisor of the period nearest dt: this count of steps, when nearly whole, else one more (never coarser)
+    r = period / dt
+    fine = max(1, int(round(r)) if abs(r - round(r)) <= 1e-3 * r else int(np.ceil(r)))
     raise DataError(
       f"{source}: sample interval time[{i}] - time[{i - 1}] = {time[i] - time[i - 1]:.9g} s is not a multiple of "
       f"the model timestep {dt:.9g} s, so controls cannot be held for whole steps. Resample the recording onto a "
       f"{k * dt:.9g} s grid with diffsim.data.resample(rec, period={k * dt:.9g}) (command line: --resample), or "
-      f"set <option timestep=...> in the MJCF to a divisor of the sample period ({period:.9g} s)")
+      f"set <option timestep=...> in the MJCF to a divisor of the sample period ({period:.9g} s), written with all "
+      f"its digits, e.g. timestep=\"{period / fine!r}\" ({fine} steps per sample)")
   return n
+
+
+def clock_drift(time: np.ndarray, dt: float) -> np.ndarray:
+  """How far the simulation's clock is behind the recording's at each sample, `(T,)` float64, s.
+
+  Sample `i` is compared with the simulation after `sim_steps(time, dt)[i]` steps, at
+  `time[0] + steps * dt`; `time[i]` minus that is the drift (round-off, or a timestep that is not
+  exactly a divisor of the sample period, see `sim_steps`).
+  """
+  time = np.asarray(time, dtype=np.float64)
+  return (time - time[0]) - sim_steps(time, dt) * dt
+
+
+def _drift_warning(rec: Recording, dt: float) -> str | None:
+  """Says how fast the simulation's clock drifts from `rec`'s when the drift is more than round-off.
+
+  The text after `source: ` is the same for every recording with this sample period and model
+  (`group_messages` folds them into one).
+  """
+  drift = clock_drift(rec.time, dt)
+  i = int(np.argmax(np.abs(drift)))
+  if abs(drift[i]) <= _TIME_RTOL * dt:
+    return None
+  steps = sim_steps(rec.time, dt)
+  per = steps[i] / i
+  rate = drift[i] / i  # s per sample
+  period = per * dt + rate
+  whole = abs(per - round(per)) < 1e-9
+  exact = f"{float(period / per)!r}" if whole else "a divisor of the sample period"
+  return (f"{rec.source}: the sample interval ({period:.9g} s) is {per:.6g} model steps of {dt:.9g} s only to "
+          f"{abs(rate) / period:.2g} (relative), so the simulation's clock drifts from the recording's by {rate:.2g} s "
+          f"per sample ({abs(rate) / dt:.2g} of a step; sample k is compared with the state after {per:.6g} k steps); "
+          f"for exact timing write the timestep with all its digits (timestep=\"{exact}\")")
+
+
+def group_messages(messages) -> list[str]:
+  """Folds messages `"<source>: <text>"` with the same text into one, `"<first source> and N more: <text>"`.
+
+  A message already folded (`"a and 3 more: ..."`) counts as 4 sources; the same sources seen again
+  (a recording validated twice) count once.
+  """
+  groups: dict[str, dict] = {}
+  for m in messages:
+    src, sep, text = str(m).partition(": ")
+    if not sep:
+      src, text = "", str(m)
+    g = groups.setdefault(text, {"first": None, "plain": [], "folded": set()})
+    folded = re.fullmatch(r"(.*) and (\d+) more", src)
+    if folded:
+      g["folded"].add((folded.group(1), int(folded.group(2)) + 1))
+      src = folded.group(1)
+    elif src not in g["plain"]:
+      g["plain"].append(src)
+    g["first"] = src if g["first"] is None else g["first"]
+  out = []
+  for text, g in groups.items():
+    count = max(len(g["plain"]), sum(n for _, n in g["folded"]))
+    if not g["first"]:
+      out.append(text)
+    else:
+      out.append(f"{g['first']}{f' and {count - 1} more' if count > 1 else ''}: {text}")
+  return out
 
 
 def _check_steps_per_sample(rec: Recording, dt: float, limit: int | None) -> None:
@@ -289,6 +426,9 @@ def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_g
       period = max(1, int(round(float(np.median(np.diff(rec.time))) / dt))) * dt
       rec = resample(rec, period, mjm=mjm)
   _check_model(rec, mjm)
+  msg = _drift_warning(rec, float(mjm.opt.timestep))
+  if msg:
+    warnings.warn(msg, stacklevel=2)
   return rec
 
 
@@ -625,11 +765,17 @@ def resample(rec: Recording, period: float, *, mjm: mujoco.MjModel | None = None
     raise ValueError(f"period must be positive, got {period}")
   n = int(np.floor((rec.time[-1] - rec.time[0]) / period + 1e-9)) + 1
   t = rec.time[0] + period * np.arange(n)
+  # A new time within _SNAP_RTOL of a period of an original sample is that sample: its values and its control.
+  # Else a grid that drifts from the recording by round-off (16 steps of 0.00208333 s against 1/30 s frames:
+  # 5e-8 s earlier per frame) would take every control from the frame before, one frame late.
+  j = np.clip(np.searchsorted(rec.time, t), 1, rec.nrow - 1)
+  j = np.where(np.abs(rec.time[j - 1] - t) <= np.abs(rec.time[j] - t), j - 1, j)
+  at = np.where(np.abs(rec.time[j] - t) <= _SNAP_RTOL * period, rec.time[j], t)
 
   def interp(v):
     if v is None:
       return None
-    return np.stack([np.interp(t, rec.time, v[:, i]) for i in range(v.shape[1])], axis=1).reshape(n, v.shape[1])
+    return np.stack([np.interp(at, rec.time, v[:, i]) for i in range(v.shape[1])], axis=1).reshape(n, v.shape[1])
 
   qpos = interp(rec.qpos)
   if qpos is not None:
@@ -638,7 +784,7 @@ def resample(rec: Recording, period: float, *, mjm: mujoco.MjModel | None = None
       qpos[:, adr:adr + 4] = q / np.linalg.norm(q, axis=1, keepdims=True)
   ctrl = None
   if rec.ctrl is not None:
-    idx = np.clip(np.searchsorted(rec.time, t + 1e-12 * max(period, 1.0), side="right") - 1, 0, rec.nrow - 1)
+    idx = np.clip(np.searchsorted(rec.time, at, side="right") - 1, 0, rec.nrow - 1)
     ctrl = rec.ctrl[idx]
   return replace(rec, time=t, ctrl=ctrl, qpos=qpos, qvel=interp(rec.qvel), sensordata=interp(rec.sensordata),
                  act=interp(rec.act), source=f"{rec.source} (resampled to {period:.6g} s)")
@@ -729,3 +875,12 @@ def simulate(model, ctrl, *, qpos0=None, qvel0=None, substeps: int = 1, noise: d
   if "qvel" not in keep:
     keep["qvel0"] = v0
   return Recording(time=time, ctrl=ctrl.copy(), **keep, source="simulated")
+
+
+def __getattr__(name: str):
+  # diffsim.data.load_lerobot lives in diffsim.lerobot, which builds on this module: imported on first use
+  if name == "load_lerobot":
+    from .lerobot import load_lerobot
+
+    return load_lerobot
+  raise AttributeError(f"module 'diffsim.data' has no attribute {name!r}")

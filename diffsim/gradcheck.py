@@ -123,7 +123,7 @@ def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: 
                     wrt: Sequence[str] = ("ctrl", "qpos0", "qvel0", "params"), worlds: Sequence[int] | None = None,
                     spread: float = 0.05, seed: int = 0, h: float = 1e-6, eps: float | dict | None = None,
                     central: bool = True,
-                    signals: Sequence[str] = ("qpos", "qvel", "act", "sensordata"),
+                    signals: Sequence[str] = ("qpos", "qvel", "act", "sensordata"), gradient: str = "auto",
                     ) -> GradCheck:
   """Compares tape gradients of a random trajectory functional with float64 MuJoCo differences.
 
@@ -146,6 +146,7 @@ def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: 
     h: finite-difference step of the float64 reference.
     eps, central: diffsim's own finite-difference steps and scheme (see `FiniteDifferenceStep`).
     signals: trajectory arrays entering the functional.
+    gradient: `"auto"`, `"analytic"` or `"finite_difference"` (see `diffsim.Rollout`).
 
   Returns:
     A `GradCheck`.
@@ -182,7 +183,7 @@ def check_gradients(scene, ctrl: np.ndarray, *, qpos0=None, qvel0=None, params: 
   tape = wp.Tape()
   with tape:
     traj = rollout(scene, ctrl_wp, qpos0=qpos0_wp, qvel0=qvel0_wp, params=list(params), eps=eps,
-                   central=central)
+                   central=central, gradient=gradient)
     for s in signals:
       if sizes[s]:
         wp.launch(linear_functional, dim=(n, nstep + 1, sizes[s]), inputs=[getattr(traj, s), w_wp[s]],

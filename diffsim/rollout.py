@@ -11,6 +11,14 @@ runs the adjoint recursion with kernels only:
 
 in the tangent space of `qpos` (quaternion gradients are mapped to and from it).
 
+Where the model allows (`adjoint.analytic_coverage`), the tape's backward pass does not need the
+Jacobians: `gradient="auto"` (the default) takes diffsim's analytic adjoint (`adjoint.AnalyticStep`:
+one MJWarp world per world forward, a reverse sweep through the smooth dynamics backward), and says
+which it took and why (`Rollout.gradient`, `Rollout.gradient_reason`, one log line on the `diffsim`
+logger). `gradient="finite_difference"` keeps the lanes; `gradient="analytic"` on a model it does not
+cover is an error naming the feature. Linearized calls (`linearize=True`, iLQR and Gauss-Newton)
+and forward mode always use the lanes.
+
 `Rollout` is the same with every buffer allocated once, for loops and graph capture. With
 `directions=m` it runs in forward mode instead: a linearized rollout propagates `m` tangents of
 the trajectory (`Rollout.tangents()`), one lane each, for when only a few derivatives of every
@@ -19,6 +27,7 @@ state and sensor are needed (system identification with a handful of parameters)
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -27,11 +36,14 @@ import warp as wp
 
 from .kernels import init_state, load_quat, tangent_grad
 from .params import Param, ParamLayout
+from .scene import off_tape
 from .step import FiniteDifferenceStep, resolve_eps
 
 __all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError", "GradientWarning", "check_switches"]
 
 _FREE, _BALL = 0, 1
+_log = logging.getLogger("diffsim")
+GRADIENTS = ("auto", "analytic", "finite_difference")  # how a Rollout forms tape gradients
 
 
 class DivergenceError(FloatingPointError):
@@ -85,8 +97,9 @@ class Trajectory:
 class _Buffers:
   """Per-rollout arrays: trajectory, Jacobians and adjoint workspace."""
 
-  def __init__(self, scene, nstep: int, fd: FiniteDifferenceStep):
+  def __init__(self, scene, nstep: int, fd: FiniteDifferenceStep, analytic: bool = False):
     n, dev = scene.nworld, scene.device
+    self.scene, self.nstep, self.fd = scene, nstep, fd
     z = lambda *shape: wp.zeros(shape, dtype=float, device=dev)
     g = lambda *shape: wp.zeros(shape, dtype=float, device=dev, requires_grad=True)
     self.qpos = g(n, nstep + 1, scene.nq)
@@ -108,13 +121,26 @@ class _Buffers:
       self.tangent0 = z(1, scene.nx, fd.ndir)  # default: parameters only
       self.lam = self.theta_grad = self.ctrl_grad = None
     elif fd.differentiable:
-      self.jac = z(n, nstep, scene.nx, fd.nz)
-      self.sjac = z(n, nstep + 1, scene.nsensordata, fd.nz)
+      # the analytic adjoint keeps each step's acceleration, not Jacobians (`jacobian_buffers`)
+      self.jac = self.sjac = None
+      if not analytic:
+        self.jacobian_buffers()
+      self.qacc = z(n, nstep, scene.nv) if analytic else None
       self.lam = z(n, nstep + 1, scene.nx)
       self.theta_grad = z(n, max(fd.nparam, 1))
       self.ctrl_grad = z(n, nstep, scene.nu)  # used when ctrl has no .grad
     else:
-      self.jac = self.sjac = self.lam = self.theta_grad = self.ctrl_grad = None
+      self.jac = self.sjac = self.lam = self.theta_grad = self.ctrl_grad = self.qacc = None
+
+  def jacobian_buffers(self) -> None:
+    """Allocates the step Jacobians `(nworld, nstep, nx, nz)` and `(nworld, nstep + 1, ns, nz)`."""
+    if self.jac is None:
+      s, fd, n = self.scene, self.fd, self.scene.nworld
+      if s.device.is_capturing:
+        raise RuntimeError("a Rollout using the analytic adjoint was first linearized inside a graph capture; "
+                           "call it once with linearize=True before capturing")
+      self.jac = wp.zeros((n, self.nstep, s.nx, fd.nz), dtype=float, device=s.device)
+      self.sjac = wp.zeros((n, self.nstep + 1, s.nsensordata, fd.nz), dtype=float, device=s.device)
 
 
 @wp.kernel
@@ -299,8 +325,9 @@ class _Call:
   state0: tuple  # (qpos0, qvel0, act0) device arrays
   tangent0: wp.array | None  # (nworld or 1, nx, ndir) forward mode's initial tangents
   differentiate: bool
-  stepper: FiniteDifferenceStep
+  stepper: FiniteDifferenceStep  # or adjoint.AnalyticStep
   traj: Trajectory
+  analytic: bool = False
 
 
 class Rollout:
@@ -325,6 +352,10 @@ class Rollout:
       of `1 + nx + nparam (+ nu)`; no tape gradients (no adjoint).
     guard: guard lanes for the qpos columns (`FiniteDifferenceStep`; default: in models with
       position constraints).
+    gradient: how a tape's backward pass is formed: `"auto"` (default: the analytic adjoint where
+      `analytic_coverage` allows, else the lanes), `"analytic"` (an error naming the first feature
+      it does not cover) or `"finite_difference"` (the lanes). `gradient` and `gradient_reason`
+      say what was chosen and why.
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -333,23 +364,32 @@ class Rollout:
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
                central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
-               check: bool = False, directions: int = 0, guard: bool | None = None):
+               check: bool = False, directions: int = 0, guard: bool | None = None, gradient: str = "auto"):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
+    if gradient not in GRADIENTS:
+      raise ValueError(f"gradient must be one of {GRADIENTS}, got {gradient!r}")
+    from .adjoint import AnalyticStep  # imports mujoco_warp: only once a Rollout is built
     self.scene = scene
     self.nstep = int(nstep)
     self.layout = ParamLayout(scene, params)
+    self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
+    analytic = self.gradient == "analytic"
+    # with the analytic adjoint the lanes only serve linearized calls: their worlds are made then
     self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
-                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard)
+                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard,
+                                   lazy=analytic)
     self.check = check
-    self._buf = _Buffers(scene, self.nstep, self.fd)
+    self._buf = _Buffers(scene, self.nstep, self.fd, analytic)
     # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
     self._switches = self._buf.switches
     # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
     # use: put_data inside a graph capture would be recorded instead of run
     self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
     # and the parameters' per-lane model rows, for the same reason
-    self.layout.reserve(self.fd.nlane)
+    self.layout.reserve(1 if analytic else self.fd.nlane)
+    # the analytic adjoint's arrays and launches, made after the parameter rows they read
+    self.adjoint = AnalyticStep(scene, self.layout, self._fwd) if analytic else None
 
   @property
   def params(self) -> list[Param]:
@@ -377,10 +417,24 @@ class Rollout:
     fd = self.fd
     self.layout.apply(fd.nlane, fd.param_lane0, fd.central, fd.eps["param"])
 
+  def reserve_linearization(self) -> None:
+    """Allocates the step Jacobians and the perturbation lanes now, outside any graph capture. A
+    Rollout whose tape gradients are analytic makes them on its first `linearize=True` call;
+    call this first when that call will be captured (iLQR, Gauss-Newton)."""
+    if self.fd.differentiable and not self.fd.ndir:
+      self._buf.jacobian_buffers()
+      self.fd.data
+      self.layout.reserve(self.fd.nlane)
+      if self.adjoint is not None:
+        self.adjoint._build()  # its launches read the parameter rows just reallocated
+
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
     if self.fd.ndir:
       raise RuntimeError("a Rollout built with directions= forms tangents, not step Jacobians; read tangents()")
+    if self._buf.jac is None:
+      raise RuntimeError("no step Jacobians yet: this Rollout takes tape gradients from the analytic adjoint; "
+                         "call it with linearize=True first")
     return self._buf.jac, self._buf.sjac
 
   def switches(self) -> wp.array:
@@ -403,7 +457,7 @@ class Rollout:
     """Runs the rollout; see the class docstring. `linearize=True` forms the Jacobians (read them
     with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton; in forward mode the tangents
     from `tangent0` (read them with `tangents()`)."""
-    b = buffers or _Buffers(self.scene, self.nstep, self.fd)
+    b = buffers or _Buffers(self.scene, self.nstep, self.fd, self.adjoint is not None)
     tape = wp._src.context.runtime.tape
     if tape is not None and self.fd.ndir:
       raise RuntimeError("a Rollout built with directions= (forward mode) has no backward pass for a tape; "
@@ -411,7 +465,7 @@ class Rollout:
     if tape is not None and ctrl.requires_grad and not self.fd.ctrl_jacobian:
       raise ValueError("ctrl requires grad on a tape, but this Rollout was built with ctrl_jacobian=False; "
                        "build it with ctrl_jacobian=True, or pass ctrl without requires_grad")
-    call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize,
+    call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize, linearize=linearize,
                          tangent0=tangent0)
     if call.differentiate:
       self._switches = b.switches
@@ -431,7 +485,7 @@ class Rollout:
       arrays = [b.qpos, b.qvel, b.act, b.sensordata] + ([ctrl] if ctrl.requires_grad else []) + inputs
       arrays += [p.value for p in self.layout.params]
       q0, v0, a0 = call.state0
-      tape.record_func(lambda: self._backward(traj, b, q0, v0, a0), arrays)
+      tape.record_func(lambda: self._backward(traj, b, q0, v0, a0, call.analytic), arrays)
     if self.check:
       check_finite(traj)
       if call.differentiate:
@@ -452,7 +506,8 @@ class Rollout:
     (e.g. a tangent-linear sweep over the step Jacobians); they read the step just formed as
     `k0 + count[0]` (`count`: `(1,)` int device array).
     """
-    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0)
+    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0,
+                         linearize=linearize)
     if linearize:
       self._switches = self._buf.switches
     count = call.stepper.count
@@ -471,7 +526,8 @@ class Rollout:
 
     return [(lambda: self._prologue(call), 1), (step, self.nstep), (last, 1)], call.traj
 
-  def _prepare(self, ctrl, qpos0, qvel0, act0, b: _Buffers, *, differentiate: bool, tangent0=None) -> _Call:
+  def _prepare(self, ctrl, qpos0, qvel0, act0, b: _Buffers, *, differentiate: bool, tangent0=None,
+               linearize: bool = False) -> _Call:
     """Checks the inputs of a call (host only) and picks its stepper."""
     scene = self.scene
     if _check_ctrl(scene, ctrl) != self.nstep:
@@ -480,6 +536,10 @@ class Rollout:
     state0 = (_as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0),
               _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0),
               _as_state(act0, "act0", n, scene.na, scene, b.act0))
+    analytic = differentiate and self.adjoint is not None and not linearize
+    if differentiate and not analytic and not self.fd.ndir:
+      b.jacobian_buffers()
+      self.fd.data  # the lane worlds, allocated now if this is their first use
     if differentiate and not self.fd.differentiable:
       raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
                          "to linearize; build it with differentiable=True")
@@ -495,15 +555,17 @@ class Rollout:
       elif tangent0.ndim != 3 or tangent0.shape[1:] != shape or tangent0.shape[0] not in (1, n):
         raise ValueError(f"tangent0 must have shape (nworld={n}, nx={shape[0]}, directions={shape[1]}) or "
                          f"(1, {shape[0]}, {shape[1]}), got {tangent0.shape}")
-    return _Call(b, ctrl, state0, tangent0, differentiate, self.fd if differentiate else self._fwd,
-                 Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt))
+    stepper = self.adjoint if analytic else self.fd if differentiate else self._fwd
+    return _Call(b, ctrl, state0, tangent0, differentiate, stepper,
+                 Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt), analytic)
 
   def _prologue(self, call: _Call) -> None:
     b, fd, stepper = call.b, self.fd, call.stepper
     differentiate = call.differentiate
-    self.layout.apply(stepper.nlane, fd.param_lane0 if differentiate else -1, fd.central, fd.eps["param"])
+    lane0 = fd.param_lane0 if differentiate and not call.analytic else -1
+    self.layout.apply(stepper.nlane, lane0, fd.central, fd.eps["param"])
     stepper.begin()
-    if differentiate and fd.ndir:
+    if differentiate and fd.ndir and not call.analytic:
       wp.launch(_seed_tangents, dim=(self.scene.nworld, self.scene.nx, fd.ndir), device=self.scene.device,
                 inputs=[call.tangent0], outputs=[b.jac])
     elif differentiate:
@@ -517,6 +579,9 @@ class Rollout:
 
   def _step(self, call: _Call, k: int) -> None:
     b = call.b
+    if call.analytic:
+      call.stepper.step(call.traj, call.ctrl, b.warm, k, qacc=b.qacc)
+      return
     call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac,
                       switches=b.switches)
 
@@ -525,24 +590,51 @@ class Rollout:
     call.stepper.sense(call.traj, call.ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac,
                        sjac=b.sjac, switches=b.switches)
 
-  def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0) -> None:
+  def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0, analytic: bool = False) -> None:
     scene, fd = self.scene, self.fd
     ctrl_grad = traj.ctrl.grad if traj.ctrl.grad is not None else b.ctrl_grad
     b.theta_grad.zero_()
-    for k in range(self.nstep, -1, -1):
-      wp.launch(_adjoint_step, dim=(scene.nworld, fd.nz), device=scene.device,
-                inputs=[scene.nv, scene.na, scene.nu, scene.jnt_type, scene.jnt_qposadr, scene.jnt_dofadr,
-                        scene.dof_jntid, k, int(k < self.nstep), b.jac, b.sjac, b.qpos, b.qpos.grad,
-                        b.qvel.grad, b.act.grad, b.sensordata.grad],
-                outputs=[b.lam, ctrl_grad, b.theta_grad])
+    if analytic:
+      # state adjoints into b.lam, parameter adjoints straight into each Param's value.grad
+      self.adjoint.backward(traj, b.qacc, b.lam, ctrl_grad, self.nstep)
+    else:
+      for k in range(self.nstep, -1, -1):
+        wp.launch(_adjoint_step, dim=(scene.nworld, fd.nz), device=scene.device,
+                  inputs=[scene.nv, scene.na, scene.nu, scene.jnt_type, scene.jnt_qposadr, scene.jnt_dofadr,
+                          scene.dof_jntid, k, int(k < self.nstep), b.jac, b.sjac, b.qpos, b.qpos.grad,
+                          b.qvel.grad, b.act.grad, b.sensordata.grad],
+                  outputs=[b.lam, ctrl_grad, b.theta_grad])
     n = scene.nworld
     grads = [a.grad if a.grad is not None else sink for a, sink in zip((qpos0, qvel0, act0), b.sinks)]
     wp.launch(_initial_grad, dim=n, device=scene.device,
               inputs=[scene.mjm.njnt, scene.jnt_type, scene.jnt_qposadr, scene.jnt_dofadr, b.qpos, b.lam],
               outputs=grads)
+    if analytic:
+      return
     for p, off in zip(self.layout.params, self.layout.offsets):
       wp.launch(_scatter_add, dim=(n, p.dim), device=scene.device, inputs=[b.theta_grad, int(off)],
                 outputs=[p.value.grad])
+
+
+def _choose_gradient(scene, layout: ParamLayout, gradient: str, differentiable: bool, directions: int):
+  """`(gradient, reason)`: which backward pass a Rollout's tape gradients use, and why."""
+  if gradient == "analytic" and directions:
+    raise ValueError("forward mode (directions=) propagates tangents through the finite-difference lanes; "
+                     "use gradient='finite_difference' or 'auto' with directions")
+  if gradient == "finite_difference" or not differentiable or directions:
+    why = "asked for" if gradient == "finite_difference" else "forward mode" if directions else "not differentiable"
+    return "finite_difference", why
+  from .adjoint import analytic_coverage
+
+  uncovered = analytic_coverage(scene.mjm, [p.field for p in layout.params])
+  if uncovered is None:
+    return "analytic", "every feature of the model is covered"
+  if gradient == "analytic":
+    raise ValueError(f"gradient='analytic': the analytic adjoint does not cover {uncovered}; "
+                     "use gradient='finite_difference' or 'auto'")
+  reason = f"the analytic adjoint does not cover {uncovered}"
+  _log.info("diffsim: finite-difference gradients: %s", reason)
+  return "finite_difference", reason
 
 
 def check_finite(traj: Trajectory) -> None:
@@ -583,7 +675,8 @@ def check_switches(ro: "Rollout") -> int:
 
 
 def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params: Sequence[Param] | None = None,
-            central: bool = True, eps: float | dict | None = None, check: bool = True) -> Trajectory:
+            central: bool = True, eps: float | dict | None = None, check: bool = True,
+            gradient: str = "auto") -> Trajectory:
   """Steps every world of `scene` through `ctrl`; differentiable inside a `wp.Tape`.
 
   Args:
@@ -595,6 +688,7 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
     act0: `(nworld, na)` or `(na,)` initial activations; default 0.
     params: `Param`s applied to every world (per-world values) and differentiated.
     central, eps: finite-difference scheme of the step Jacobians (see `FiniteDifferenceStep`).
+    gradient: `"auto"`, `"analytic"` or `"finite_difference"` (see `Rollout`).
     check: validate inputs for NaN/Inf before, and the state after (raises `DivergenceError`);
       on a tape also the gradient's self-check (`check_switches`: a `GradientWarning` where a step's
       Jacobian crossed a constraint switch on every lane).
@@ -607,11 +701,13 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   params = list(params or [])
   differentiate = wp._src.context.runtime.tape is not None
   steps = tuple(sorted(resolve_eps(eps, scene).items()))
-  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), steps)
+  key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), steps, gradient)
   cache = scene.__dict__.setdefault("_rollouts", {})
   ro = cache.get(key)
   if ro is None:
-    ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps)
+    with off_tape():  # constructing allocates and measures memory with MJWarp launches
+      ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps,
+                   gradient=gradient)
     cache[key] = ro
   if check:
     # validate before any rollout kernel runs

@@ -9,6 +9,8 @@ Those are refused before allocation when MJWarp would need more memory than the 
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import warnings
 from dataclasses import dataclass
@@ -56,11 +58,12 @@ _DETERMINISTIC = False
 # Warp's deterministic lowering rejects an array both updated that way and read in one kernel. Not
 # MJWarp's modules either: `opt.deterministic` builds its kernels with float atomics in the
 # deterministic mode, and several of its others do not compile in it (same reason).
-_DETERMINISTIC_MODULES = ("diffsim.gradcheck", "diffsim.losses", "diffsim.rollout", "diffsim.sysid")
+_DETERMINISTIC_MODULES = ("diffsim.adjoint", "diffsim.gradcheck", "diffsim.losses", "diffsim.rollout", "diffsim.sysid")
 # ... of which these make atomic updates in loops over the model's coordinates, which Warp's static
 # record count (one per call site) misses: each coordinate of the initial state (rollout's
-# `_initial_grad`) or each input of a residual row (the adjoint of sysid's `_residuals`) once per thread
-_LOOPED_RECORD_MODULES = ("diffsim.rollout", "diffsim.sysid")
+# `_initial_grad`), each input of a residual row (the adjoint of sysid's `_residuals`) once per thread,
+# or a world's tree sums and their adjoints (the analytic adjoint's replay, one thread per world)
+_LOOPED_RECORD_MODULES = ("diffsim.adjoint", "diffsim.rollout", "diffsim.sysid")
 _max_records = 0  # the largest such count over the scenes built so far
 
 
@@ -105,6 +108,11 @@ def _note_model_size(mjm: mujoco.MjModel) -> None:
   """Raises the per-thread record bound of `_LOOPED_RECORD_MODULES` to cover `mjm`."""
   global _max_records
   need = max(mjm.nq, 2 * mjm.nv + mjm.na + mjm.nsensordata)
+  from .adjoint import analytic_coverage
+
+  if analytic_coverage(mjm) is None:
+    # the analytic adjoint's per-world sums over (body, ancestor) and (dof, dof) pairs
+    need = max(need, 2 * mjm.nbody * (mjm.nbody + mjm.nv) + mjm.nv * mjm.nv)
   if need > _max_records:
     _max_records = need
     if _DETERMINISTIC:
@@ -284,7 +292,7 @@ class Scene:
 
       sizes = []
       for n in (1, 2):
-        with wp.ScopedDevice(self.device), _CountingAllocator(self.device) as count:
+        with wp.ScopedDevice(self.device), _CountingAllocator(self.device) as count, off_tape():
           d = mjw.put_data(self.mjm, self._mjd, nworld=n, nconmax=self._nconmax, njmax=self._njmax)
           data = count.held
           mjw.step(self.model, d)
@@ -356,6 +364,18 @@ def _allocations_committed(device: wp.context.Device) -> bool:
   """Whether allocated bytes are memory taken (CUDA), not address space whose untouched pages cost
   nothing (the CPU)."""
   return device.is_cuda
+
+
+@contextlib.contextmanager
+def off_tape():
+  """Keeps launches off an active `wp.Tape` (MJWarp kernels have no adjoints; a tape would record
+  them and warn in its backward pass)."""
+  runtime = wp._src.context.runtime
+  tape, runtime.tape = runtime.tape, None
+  try:
+    yield
+  finally:
+    runtime.tape = tape
 
 
 def available_memory(device: wp.context.Device) -> int | None:

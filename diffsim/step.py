@@ -40,8 +40,9 @@ the tangent-linear recursion without forming `A`: `1 + m` lanes (forward) instea
 parameter's step times the tangent, a perturbation not chosen for the state (see `diffsim.sysid`,
 `jacobian="directional"`).
 
-`FiniteDifferenceStep` is the only place that knows how Jacobians are made; an analytic adjoint
-can replace it behind the same three methods (`begin`, `step`, `sense`).
+`FiniteDifferenceStep` is the only place that knows how Jacobians are made. Tape gradients of the
+models it covers come from the analytic adjoint instead (`adjoint.AnalyticStep`, behind the same
+three methods `begin`, `step`, `sense`), which steps one world per world and needs no Jacobians.
 """
 
 from __future__ import annotations
@@ -586,7 +587,7 @@ class FiniteDifferenceStep:
 
   def __init__(self, scene, nparam: int = 0, *, differentiable: bool = True, central: bool = True,
                ctrl_jacobian: bool = True, eps: float | dict = None, directions: int = 0,
-               guard: bool | None = None):
+               guard: bool | None = None, lazy: bool = False):
     if not isinstance(directions, (int, np.integer)) or directions < 0:
       raise ValueError(f"directions must be a non-negative integer, got {directions!r}")
     if directions and (not differentiable or directions < nparam):
@@ -633,11 +634,23 @@ class FiniteDifferenceStep:
     self.lane_coord = wp.array(np.array(coord, dtype=np.int32), dtype=int, device=dev)
     self.lane_sign = wp.array(np.array(sign, dtype=np.float32), dtype=float, device=dev)
     self.coord_lanes = wp.array(lanes, dtype=wp.vec4i, device=dev)
-    self.data = scene.data(self.nlane)
+    # the lane worlds' MJWarp Data; `lazy`: on first use (a Rollout whose tape gradients are analytic
+    # steps them only to linearize)
+    self._data = None if lazy else scene.data(self.nlane)
     # steps taken by a captured one-step graph replayed in a loop (see `advance`); 0 when eager
     self.count = wp.zeros(1, dtype=int, device=dev)
     self.h_dir = wp.zeros((scene.nworld, max(self.ndir, 1)), dtype=float, device=dev)
     self.signature = wp.zeros(self.nlane * scene.nworld, dtype=int, device=dev)
+
+  @property
+  def data(self):
+    """MJWarp `Data` of the `nlane * nworld` lane worlds, nominal lane first."""
+    if self._data is None:
+      if self.scene.device.is_capturing:
+        raise RuntimeError(f"the {self.nlane} perturbation lanes per world were first needed inside a graph "
+                           "capture, where they cannot be allocated; run the call once eagerly before capturing")
+      self._data = self.scene.data(self.nlane)
+    return self._data
 
   @property
   def param_lane0(self) -> int:

@@ -87,7 +87,8 @@ claims, which noise-free data reach). The summary marks a std these dominate as
 depend on, or a combination they do not depend on (an eigenvalue of `J^T J` scaled to a unit
 diagonal below 1e-6 of the largest: within the float32 finite-difference noise of the Jacobian,
 see `_confidence`), is reported as not identifiable, with `std = inf`; a condition number above
-1e5 as ill-conditioned, naming the parameters involved.
+1e5 as ill-conditioned, naming the parameters involved; a positive quantity (mass, damping, ...) whose
+std exceeds its value as poorly determined (the servo of a joint the recordings do not move).
 
 Precision: MJWarp simulates in float32 and the Jacobians are forward differences. On
 noise-free float64 MuJoCo data of smooth systems the parameters come back to relative errors of
@@ -767,6 +768,7 @@ class _Problem:
     # controls are data here: no Jacobian columns (and lanes) for them
     self.ro = Rollout(self.scene, self.nstep, params=params, differentiable=True, central=central,
                       ctrl_jacobian=False, eps=eps)
+    self.ro.reserve_linearization()  # Gauss-Newton linearizes it inside captured graphs
     self.layout = self.ro.layout
     # identified coordinates: the layout's, except that the dofs of one joint share one (see _groups);
     # the rollout perturbs each dof in its own lane and `linearize` sums their Jacobian columns
@@ -1305,7 +1307,8 @@ def _data_std(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, *, corr
 
 def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, labels: list[str], *,
                 theta: np.ndarray | None = None, jacobian_std: np.ndarray | None = None,
-                resolution: float = 2.0 ** -24, cond_warn: float = _COND_WARN, null_eig: float = _NULL_EIG):
+                resolution: float = 2.0 ** -24, cond_warn: float = _COND_WARN, null_eig: float = _NULL_EIG,
+                positive: np.ndarray | None = None):
   """Covariance of the parameters from the Gauss-Newton Hessian, and identifiability warnings.
 
   The parameters' information matrix is `J^T J` with the nuisance unknowns (initial states)
@@ -1332,6 +1335,10 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     null_eig: eigenvalues of the scaled information below this fraction of the largest (and
       parameters keeping less than this fraction of their information once the initial states are
       eliminated) count as zero: float32 finite-difference Jacobians resolve no finer.
+    positive: `(n,)` which parameters are positive quantities (lower bound 0 or above): one whose
+      std exceeds its value is named in a warning. The scaled analysis above cannot see that: a
+      parameter the data barely touch (the servo of a joint that does not move) keeps a column
+      independent of the others, only tiny, and its std, however large, would otherwise pass unnamed.
 
   Returns:
     `(cov (n, n), std (n,), corr (n, n), cond, warnings, data_std (n,))`.
@@ -1384,6 +1391,11 @@ def _confidence(ne: _Normal, s: int, fun: float, nres: int, nunknown: int, label
     worst = [labels[keep[i]] for i in np.argsort(-v)[:max(2, int((v > 0.3).sum()))]]
     msgs.append(f"ill-conditioned (condition number {cond:.2g} of the scaled Gauss-Newton Hessian): "
                 f"{', '.join(worst)} are nearly interchangeable in this data; their std is large")
+  vague = [i for i in keep if positive is not None and positive[i] and np.isfinite(std[i]) and std[i] > abs(theta[i])]
+  if vague:
+    msgs.append("poorly determined by this data: " + ", ".join(
+      f"{labels[i]} (std {std[i]:.2g} exceeds the value {theta[i]:.2g})" for i in vague)
+      + ": the recordings barely excite it; add motion that does, or fix it at a known value")
   limited = [i for i in keep if jstd[i] > data_std[i] and jstd[i] > 1e-4 * abs(theta[i])]
   if limited:
     msgs.append("the Jacobian limits the precision of " + ", ".join(
@@ -1825,7 +1837,8 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
       (noisy `qvel`); `False`: never (use the estimate as is). LM only; Adam keeps the estimate.
     fit_qpos0: also solve for the initial position of each world (a tangent-space offset from the
       measured row), with that row counted as a measurement: for noisy position data, where
-      pinning the simulation to one noisy sample biases the parameters. LM only.
+      pinning the simulation to one noisy sample biases the parameters, by more than the std says
+      (which counts the other samples' noise, not that one's: tests/test_sysid_errorbars.py). LM only.
     device: Warp device (`None`: CUDA if available, else CPU).
     solver_settings: MJWarp constraint solver settings (`diffsim.SolverSettings`).
     central, eps: finite-difference scheme of the Jacobians (see `diffsim.Rollout`). Forward
@@ -1931,7 +1944,9 @@ def identify(model, data, params: Sequence[str | Param], *, bounds: dict | None 
   wall = _time.perf_counter() - t0
   cov, std, corr, cond, msgs, data_std = _confidence(ne, sb, fun, prob.nresidual // nstart, prob.nunknown, labels,
                                                      theta=theta[best], jacobian_std=jac_std[best],
-                                                     resolution=xtol if solver == "lm" else 2.0 ** -24)
+                                                     resolution=xtol if solver == "lm" else 2.0 ** -24,
+                                                     # at a minimum only: elsewhere the misfit is the error
+                                                     positive=(lower >= 0.0) if done[best] else None)
   for m in msgs:
     warnings.warn(m, IdentifiabilityWarning, stacklevel=2)
   x, sd, sdd, xi, bnd = {}, {}, {}, {}, {}

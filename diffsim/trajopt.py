@@ -4,7 +4,8 @@ A `TrajectoryProblem` is a scene, a horizon, initial states per world, a `Cost`,
 an initial control guess. Every world is its own problem (its own initial state, targets and model
 parameters); the solvers advance all of them together:
 
-  - `"adam"`: first-order, gradients from `tape.backward()`, projected onto the control bounds;
+  - `"adam"`: first-order, gradients from `tape.backward()`, projected onto the control bounds
+    (the analytic adjoint where it covers the model, else the lanes: `Rollout`'s `gradient`);
   - `"lbfgs"`: scipy's L-BFGS-B on the stacked controls (one host transfer per evaluation);
   - `"ilqr"`: iterative LQR (Gauss-Newton on the cost, the step Jacobians `ro.jacobians()` of the
     rollout as dynamics), box-constrained gains, a closed-loop line search and Levenberg-Marquardt
@@ -115,6 +116,8 @@ class TrajectoryProblem:
     central, eps: finite-difference scheme of the step Jacobians (see `diffsim.Rollout`; `eps=None`
       takes the core's steps per input group); forward differences (`central=False`) halve the
       perturbation lanes, so the cost of a differentiable rollout.
+    gradient: how Adam's and L-BFGS's tape gradients are formed (`diffsim.Rollout`: `"auto"`,
+      `"analytic"`, `"finite_difference"`); iLQR always linearizes with the lanes.
 
   Raises:
     ValueError, KeyError, TypeError: for a horizon below 1, a cost naming an unknown joint, site,
@@ -129,7 +132,8 @@ class TrajectoryProblem:
   """
 
   def __init__(self, scene, cost, *, horizon: int, qpos0=None, qvel0=None, act0=None, ctrl_lo=None, ctrl_hi=None,
-               ctrl_init=None, params=None, central: bool = True, eps: float | dict | None = None):
+               ctrl_init=None, params=None, central: bool = True, eps: float | dict | None = None,
+               gradient: str = "auto"):
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
       raise ValueError(f"horizon must be a positive number of steps, got {horizon!r}")
     if scene.nu == 0:
@@ -162,7 +166,7 @@ class TrajectoryProblem:
     self.ctrl_init = f(guess)
     self.ctrl = f(guess, True)
     self.qpos0, self.qvel0, self.act0 = f(q0), f(v0), f(a0)
-    self.rollout = Rollout(scene, T, params=params, central=central, eps=eps)
+    self.rollout = Rollout(scene, T, params=params, central=central, eps=eps, gradient=gradient)
     self._solvers: dict = {}
     self._eval = None  # the evaluation's graph replay, made on first use
 
@@ -1144,6 +1148,7 @@ class _ILQR(_Solver):
   def __init__(self, problem, options, capacity, capture):
     super().__init__(problem, options, capacity, capture)
     s, T, n = problem.scene, problem.horizon, problem.nworld
+    problem.rollout.reserve_linearization()  # its graphs linearize the rollout
     nu, nx = s.nu, s.nx
     self.nxa = nx + (nu if problem.cost.has_rate else 0)
     nxa = self.nxa

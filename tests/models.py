@@ -143,3 +143,118 @@ CONSTRAINED = """
   </sensor>
 </mujoco>
 """
+
+
+# Every smooth feature the analytic adjoint covers in one contact-free model: hinge, ball, slide and
+# free joints, springs, dampers, armature; a motor, a position servo, filter and integrator
+# activations, a clamped control; body, site and joint sensors.
+SMOOTH = """
+<mujoco model="smooth">
+  <option timestep="0.005"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="arm" pos="0 0 1">
+      <joint name="base" type="hinge" axis="0 0 1" damping="0.05" armature="0.01"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="0.5"/>
+      <body name="bob" pos="0.3 0 0">
+        <joint name="ball" type="ball" damping="0.02"/>
+        <geom type="capsule" fromto="0 0 0 0.1 0 -0.3" size="0.03" mass="0.3"/>
+        <body name="tip" pos="0.1 0 -0.3">
+          <joint name="h2" type="hinge" axis="1 0 0" stiffness="2" damping="0.1"/>
+          <joint name="s2" type="slide" axis="0 1 0" stiffness="5" damping="0.2"/>
+          <geom type="sphere" size="0.04" mass="0.2" pos="0 0.05 -0.05"/>
+          <site name="tip" pos="0 0.05 -0.1"/>
+        </body>
+      </body>
+    </body>
+    <body name="floater" pos="0 1 1">
+      <freejoint name="free"/>
+      <geom type="box" size="0.1 0.05 0.02" mass="0.4"/>
+      <body name="flap" pos="0.1 0 0">
+        <joint name="fh" type="hinge" axis="0 1 0" damping="0.01"/>
+        <geom type="box" size="0.05 0.05 0.01" pos="0.05 0 0" mass="0.1"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="base" joint="base" gear="1.5"/>
+    <position name="pos" joint="h2" kp="3" kv="0.2"/>
+    <general name="filt" joint="s2" dyntype="filter" dynprm="0.05" gainprm="2" biastype="affine" biasprm="0 -1 -0.1"/>
+    <general name="integ" joint="fh" dyntype="integrator" gainprm="0.3" ctrllimited="true" ctrlrange="-1 1"/>
+    <motor name="spin" joint="free" gear="0 0 1 0.1 0 0.05"/>
+  </actuator>
+  <sensor>
+    <jointpos name="h2" joint="h2"/>
+    <jointvel name="s2" joint="s2"/>
+    <framepos name="tip_pos" objtype="site" objname="tip"/>
+    <framequat name="floater_quat" objtype="body" objname="floater"/>
+    <framelinvel name="tip_vel" objtype="site" objname="tip"/>
+    <frameangvel name="bob_angvel" objtype="xbody" objname="bob"/>
+    <actuatorfrc name="pos_frc" actuator="pos"/>
+    <subtreecom name="arm_com" body="arm"/>
+  </sensor>
+</mujoco>
+"""
+
+# Joint limits that hold (a motor and gravity press both joints into them) and dof friction.
+LIMITED = """
+<mujoco model="limited">
+  <compiler angle="radian"/>
+  <option timestep="0.005"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="link" pos="0 0 1">
+      <joint name="swing" type="hinge" axis="0 1 0" range="-0.4 0.3" frictionloss="0.05" damping="0.02"/>
+      <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.03" mass="0.6"/>
+      <body name="slider" pos="0.4 0 0">
+        <joint name="slide" type="slide" axis="1 0 0" range="-0.05 0.1" frictionloss="0.2"/>
+        <geom type="box" size="0.05 0.05 0.05" mass="0.3"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="swing" joint="swing" gear="1" ctrlrange="-2 2"/>
+    <motor name="slide" joint="slide" gear="1" ctrlrange="-3 3"/>
+  </actuator>
+</mujoco>
+"""
+
+# Joint equalities: a hinge coupled to another by a polynomial, a slide held at an offset.
+COUPLED = """
+<mujoco model="coupled">
+  <compiler angle="radian"/>
+  <option timestep="0.005"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="a" pos="0 0 1">
+      <joint name="a" type="hinge" axis="0 1 0" damping="0.05"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03" mass="0.5"/>
+    </body>
+    <body name="b" pos="0.5 0 1">
+      <joint name="b" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 0.1" size="0.03" mass="0.3"/>
+      <body name="c" pos="0.2 0 0.1">
+        <joint name="c" type="slide" axis="1 0 0"/>
+        <geom type="box" size="0.04 0.04 0.04" mass="0.2"/>
+      </body>
+    </body>
+  </worldbody>
+  <equality>
+    <joint joint1="b" joint2="a" polycoef="0.1 0.8 0.3 0 0"/>
+    <joint joint1="c" polycoef="0.05 0 0 0 0"/>
+  </equality>
+  <actuator>
+    <motor name="a" joint="a"/>
+    <motor name="c" joint="c"/>
+  </actuator>
+</mujoco>
+"""
+
+# SMOOTH without its free body, integrated with implicitfast (velocity derivatives of the dampers and
+# of the servos' kv, integrated implicitly).
+IMPLICITFAST = (SMOOTH.replace('<option timestep="0.005"/>', '<option timestep="0.005" integrator="implicitfast"/>')
+                .replace(SMOOTH[SMOOTH.index('    <body name="floater"'):SMOOTH.index('  </worldbody>')], "")
+                .replace('    <motor name="spin" joint="free" gear="0 0 1 0.1 0 0.05"/>\n', "")
+                .replace('    <general name="integ" joint="fh" dyntype="integrator" gainprm="0.3" ctrllimited="true" '
+                         'ctrlrange="-1 1"/>\n', "")
+                .replace('    <framequat name="floater_quat" objtype="body" objname="floater"/>\n', ""))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import bench_rollout
@@ -24,14 +25,37 @@ def test_bench_rollout_runs_tiny(tmp_path):
   assert row["compile_s"] >= 0  # first call minus second: 0 when nothing was left to compile
 
 
+def test_bench_adjoint_runs_tiny(tmp_path):
+  """The analytic-adjoint benchmark's rows (timings are for benchmarks/, not asserted): the analytic
+  and lane gradients agree, and the analytic adjoint keeps far fewer bytes per world-step."""
+  from benchmarks import bench_adjoint
+
+  rows = bench_adjoint.main(["--device", "cpu", "--models", "cartpole", "--sizes", "2", "--nstep", "3",
+                             "--repeats", "1", "--out", str(tmp_path)])
+  (r,) = rows
+  assert r["analytic_vs_lanes_rel_diff"] < 1e-4
+  assert r["mjwarp_worlds_lanes"] == r["nlane"] * 2 and r["mjwarp_worlds_analytic"] == 2
+  assert r["bytes_per_world_step_analytic"] * 10 < r["bytes_per_world_step_lanes"]
+  assert r["analytic_over_fwd"] > 0 and (tmp_path / "adjoint_cpu.json").exists()
+  assert "| cartpole | 2 |" in bench_adjoint.table(rows)
+
+
 def test_bench_trajopt_runs_tiny(tmp_path):
   from benchmarks import bench_trajopt
 
-  rows = bench_trajopt.main(["--device", "cpu", "--quick", "--problems", "cartpole", "--out", str(tmp_path)])
+  rows = bench_trajopt.main(["--device", "cpu", "--quick", "--problems", "cartpole", "--repeats", "2",
+                             "--out", str(tmp_path)])
   saved = json.loads((tmp_path / "trajopt_cpu.json").read_text())
   assert saved["rows"] == rows
   assert [r["method"] for r in rows] == ["ilqr", "adam", "lbfgs"]
   by = {r["method"]: r for r in rows}
+  # repeated timed runs: the medians and the spread of their wall times
+  for r in rows:
+    assert r["repeats"] == 2 and len(r["wall_runs_s"]) == 2 and len(r["time_to_2x_runs_s"]) == 2, r
+    assert min(r["wall_runs_s"]) <= r["wall_s"] <= max(r["wall_runs_s"])
+    assert r["spread"] == pytest.approx((max(r["wall_runs_s"]) - min(r["wall_runs_s"])) / r["wall_s"])
+    if r["time_to_2x_s"] is not None:
+      assert r["time_to_2x_s"] == pytest.approx(float(np.median(r["time_to_2x_runs_s"])))
   # an Adam or iLQR iteration is graph replays only: no Python launch, no host read or write
   for m in ("ilqr", "adam"):
     assert by[m]["reads_per_iter"] == by[m]["writes_per_iter"] == by[m]["launches_per_iter"] == 0, by[m]
@@ -43,6 +67,18 @@ def test_bench_trajopt_runs_tiny(tmp_path):
   assert by["ilqr"]["final_cost_median"] < 0.7 * by["ilqr"]["initial_cost_median"]
   # iLQR's first iteration is timed with both capture layouts (never compared: speed is not tested)
   assert by["ilqr"]["first_iter_one_graph_s"] > 0 and by["ilqr"]["first_iter_looped_s"] > 0
+
+
+def test_bench_gradients_runs_quick(tmp_path):
+  from benchmarks import bench_gradients
+
+  rows = bench_gradients.main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
+  saved = json.loads((tmp_path / "gradients_cpu.json").read_text())
+  assert saved["rows"] == rows and len(rows) == 1
+  assert set(rows[0]["rel_err"]) == {"ctrl", "qpos0", "qvel0"} and len(rows[0]["rel_err_by_world"]["ctrl"]) == 2
+  # the cart-pole's tape gradient agrees with float64 MuJoCo C (10 steps: measured 1e-5..3e-5)
+  assert max(rows[0]["rel_err"].values()) < 3e-4, rows[0]["rel_err"]
+  assert (tmp_path / "gradients_cpu.md").read_text().strip() == bench_gradients.table(rows)
 
 
 def test_benchmark_suite_runs_quick(tmp_path, monkeypatch):

@@ -179,3 +179,23 @@ def test_times_in_milliseconds_are_refused(files, capsys):
   assert cli.main([*args, "--max-steps-per-sample", "0"]) == 2  # the limit itself is checked
   assert "max_steps_per_sample must be a positive integer" in capsys.readouterr().err
   assert not (files / "ms_out").exists()
+
+
+def test_import_diffsim_loads_no_simulator_and_every_name_resolves():
+  # a quick start (issue 15): Warp, MuJoCo Warp, MuJoCo and matplotlib load when a name that needs them is used
+  code = ("import sys, diffsim; heavy = [m for m in ('warp', 'mujoco_warp', 'mujoco', 'matplotlib', 'numpy') "
+          "if m in sys.modules]; print(heavy)")
+  p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                     cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert p.returncode == 0, p.stderr
+  assert p.stdout.strip() == "[]", p.stdout
+  import diffsim
+
+  for name in diffsim.__all__:
+    assert getattr(diffsim, name) is not None, name
+  import diffsim.rollout  # noqa: F401  (importing the submodule keeps the public function)
+
+  assert callable(diffsim.rollout) and diffsim.rollout.__name__ == "rollout"
+  assert "Scene" in dir(diffsim)
+  with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+    diffsim.nope  # noqa: B018

@@ -1,5 +1,7 @@
 """Recorded data: formats, validation errors, resampling (host only: no kernels run here)."""
 
+import warnings
+
 import mujoco
 import numpy as np
 import pytest
@@ -331,3 +333,94 @@ def test_identify_rejects_bad_data_before_any_kernel(monkeypatch, mjm, rec):
     sysid.identify(PENDULUM, rec, ["dof_damping:hinge", "dof_damping:hinge"], device="cpu")
   with pytest.raises(KeyError, match="unknown parameter field 'dof_dampin'"):
     sysid.identify(PENDULUM, rec, ["dof_dampin:hinge"], device="cpu")
+
+
+# -- frame periods that are a whole number of steps only to a few digits (issue 15) ----------------------------------
+
+FRAME_DT = "0.00208333"  # 1/480 s as MjSpec.to_xml writes it: 16 steps are 1.6e-6 (relative) short of 1/30 s
+
+
+def _frames(nframe=61):
+  """A 30 fps recording whose control changes at every frame (the data of a LeRobot episode)."""
+  t = np.arange(nframe) / 30.0
+  ctrl = np.sin(2.0 * np.arange(nframe))[:, None]  # a new value every frame
+  return D.Recording(time=t, ctrl=ctrl, qpos=(0.1 * np.sin(t))[:, None], source="frames")
+
+
+def test_frame_period_within_1e_5_of_whole_steps_is_accepted_and_the_drift_stated():
+  mjm = mujoco.MjModel.from_xml_string(PENDULUM.replace('timestep="0.01"', f'timestep="{FRAME_DT}"'))
+  rec = _frames()
+  with pytest.warns(UserWarning, match=r"frames: the sample interval \(0.0333333333 s\) is 16 model steps of "
+                                       r"0.00208333 s only to 1.6e-06 \(relative\), so the simulation's clock "
+                                       r"drifts from the recording's by 5.3e-08 s per sample \(2.6e-05 of a step; "
+                                       r"sample k is compared with the state after 16 k steps\)"
+                                       r".*timestep=\"0.0020833333333333333\""):
+    g = D.validate(rec, mjm)
+  assert g is rec  # used as recorded: no resampling, no control moved
+  np.testing.assert_array_equal(D.sim_steps(rec.time, mjm.opt.timestep), 16 * np.arange(rec.nrow))
+  drift = D.clock_drift(rec.time, mjm.opt.timestep)
+  np.testing.assert_allclose(drift, rec.time - 16 * np.arange(rec.nrow) * float(FRAME_DT), atol=1e-15)
+  # 1.4e-5 relative is not a whole number of steps: refused, with a timestep written in full as the fix
+  off = D.Recording(time=rec.time * (1 + 1.4e-5), ctrl=rec.ctrl, qpos=rec.qpos, source="off")
+  with pytest.raises(D.DataError, match=r"is not a multiple of the model timestep 0.00208333 s.*"
+                                        r"timestep=\"0.00208336\d*\" \(16 steps per sample\)"):
+    D.validate(off, mjm)
+  # exact grids (and float round-off of them) warn about nothing
+  exact = mujoco.MjModel.from_xml_string(PENDULUM.replace('timestep="0.01"', f'timestep="{1 / 480!r}"'))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    D.validate(rec, exact)
+
+
+def test_resampled_controls_are_not_held_a_frame_late():
+  # Before the fix: resample moved the frames onto a 16 x 0.00208333 s grid that drifts 5e-8 s earlier per frame,
+  # looked the control up with a 1e-12 s tolerance, and so gave every sample after the first the control of the
+  # frame before (SO-101 elbow damping fitted as 0.060 +- 0.024, truth 0.6).
+  rec = _frames()
+  g = D.resample(rec, 16 * float(FRAME_DT))
+  assert g.nrow == rec.nrow
+  np.testing.assert_array_equal(g.ctrl, rec.ctrl)  # each frame's own control
+  np.testing.assert_array_equal(g.qpos, rec.qpos)  # and its own measurement, not one interpolated 5e-8 s early
+  # between samples (no original sample near) the control in force is held, measurements interpolated
+  h = D.resample(rec, 0.5 / 30.0)
+  np.testing.assert_array_equal(h.ctrl[1::2], rec.ctrl[:-1])
+  np.testing.assert_allclose(h.qpos[1::2, 0], 0.5 * (rec.qpos[:-1, 0] + rec.qpos[1:, 0]))
+
+
+@pytest.mark.parametrize("kind, value, message", [
+  ("qpos", 1e30, r"qpos:hinge reaches 1e\+30 \(row 7\), beyond any plausible value in SI units .* encoder ticks"),
+  ("ctrl", -3e8, r"ctrl:torque reaches -3e\+08 \(row 7\)"),
+  ("time", 1e9, r"time reaches 1e\+09"),
+])
+def test_absurd_magnitudes_name_the_column_and_the_likely_unit_mistake(mjm, rec, kind, value, message):
+  v = np.array(getattr(rec, kind), copy=True)
+  if kind == "time":
+    v = v + value
+  else:
+    v[7] = value
+  with pytest.raises(D.DataError, match=message):
+    D.validate(_copy(rec, **{kind: v}), mjm)
+
+
+def test_angles_in_ticks_or_degrees_are_refused_with_the_unit_named():
+  mjm = mujoco.MjModel.from_xml_path(diffsim.asset_path("so101", "so101_new_calib.xml"))
+  t = np.arange(10) * 0.02
+  q = np.zeros((10, 6))
+  ticks = q.copy()
+  ticks[:, 2] = 2048 + 10 * np.arange(10)  # STS3215 encoder ticks in the elbow's qpos column
+  with pytest.raises(D.DataError, match=r"qpos:elbow_flex reaches 2138 at row 9, far outside its range \[-1.69, 1.69\] "
+                                        r"rad: likely degrees instead of radians .* raw encoder ticks"):
+    D.validate(D.Recording(time=t, ctrl=q, qpos=ticks, source="x"), mjm)
+  degrees = q.copy()
+  degrees[:, 0] = 90.0  # the target in degrees
+  with pytest.raises(D.DataError, match=r"ctrl:shoulder_pan reaches 90 .* likely degrees instead of radians"):
+    D.validate(D.Recording(time=t, ctrl=degrees, qpos=q, source="x"), mjm)
+  D.validate(D.Recording(time=t, ctrl=q + 1.9, qpos=q - 1.7, source="x"), mjm)  # at the limits: fine
+
+
+def test_group_messages_folds_the_same_text_from_several_recordings():
+  msgs = ["a.npz: drifts 1e-8 s per sample", "b.npz: drifts 1e-8 s per sample", "c.npz: other", "no source"]
+  assert D.group_messages(msgs) == ["a.npz and 1 more: drifts 1e-8 s per sample", "c.npz: other", "no source"]
+  # a folded message and the same recordings validated again: counted once
+  again = ["a.npz and 1 more: drifts", "a.npz: drifts", "b.npz: drifts"]
+  assert D.group_messages(again) == ["a.npz and 1 more: drifts"]

@@ -238,20 +238,23 @@ def test_set_deterministic_reaches_the_kernels_that_launch():
   diffsim.set_deterministic(True)
   try:
     scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=3, device="cpu")
-    ro = diffsim.Rollout(scene, 20)
     ctrl = wp.array(_ctrl(scene, 20, seed=4), dtype=float, requires_grad=True)
-    grads = []
-    with mock.patch.object(wp, "launch", spy):
-      for _ in range(2):
-        loss = wp.zeros(1, dtype=float, requires_grad=True)
-        ctrl.grad.zero_()
-        _gradient_step(ro, ctrl, loss)
-        grads.append(ctrl.grad.numpy().copy())
-    np.testing.assert_array_equal(grads[0], grads[1])
+    for gradient in ("finite_difference", "analytic"):
+      ro = diffsim.Rollout(scene, 20, gradient=gradient)
+      grads = []
+      with mock.patch.object(wp, "launch", spy):
+        for _ in range(2):
+          loss = wp.zeros(1, dtype=float, requires_grad=True)
+          ctrl.grad.zero_()
+          _gradient_step(ro, ctrl, loss)
+          grads.append(ctrl.grad.numpy().copy())
+      np.testing.assert_array_equal(grads[0], grads[1])
     assert scene.model.opt.deterministic == mjw.DeterminismType.ALL
     det = {(m, k) for m, k, mode in launches if mode == run_to_run}
     # diffsim's adjoint, whose initial-state gradients sum over the worlds
     assert {("diffsim.rollout", "_adjoint_step"), ("diffsim.rollout", "_initial_grad")} <= det
+    # the analytic adjoint's replay, whose reverse pass sums into shared adjoints with atomics
+    assert {("diffsim.adjoint", "_kinematics"), ("diffsim.adjoint", "_cinert")} <= det
     # MJWarp's kernels with float atomics (built per mode by opt.deterministic), and only those: its
     # others do not compile in that mode, as a global wp.config.deterministic would have them
     mjw_modes = {mode for m, _, mode in launches if m.startswith("mujoco_warp")}

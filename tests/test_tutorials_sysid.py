@@ -22,6 +22,9 @@ def _run(name, out):
     "cost.png", "params.png"]),
   ("06_sysid_so101.py", "06_sysid_so101",
    ["recording.npz", "params.json", "model.xml", "signals.png", "cost.png", "params.png"]),
+  ("07_sysid_lerobot.py", "07_sysid_lerobot",
+   ["so101_dataset/meta/info.json", "so101_dataset/data/chunk-000/file-000.parquet", "params.json", "model.xml",
+    "signals.png", "signals_1.png", "cost.png", "params.png"]),
 ])
 def test_tutorial(tmp_path, name, folder, files):
   p = _run(name, tmp_path)

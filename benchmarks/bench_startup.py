@@ -1,0 +1,111 @@
+"""Start-up: `import diffsim` and a whole `diffsim sysid` process on a small problem, warm kernel cache.
+
+  python -m benchmarks.bench_startup [--repeats 3]
+
+The problem (issue 15): a one-parameter spring-mass (slide joint, damping 0.3 -> 0.5), 500 samples of
+2 ms, identified by `diffsim sysid` as a fresh process (Python start, imports, Warp start, loading
+the cached kernels, the solve, params.json, model.xml and plots). The kernel cache is warmed by one
+untimed run first. Each row is the median of `--repeats` fresh processes; the import breakdown of
+the heavy dependencies (`python -X importtime`) says where a run's start goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+MODEL = """
+<mujoco model="spring_mass">
+  <option timestep="0.002"/>
+  <worldbody>
+    <body name="mass">
+      <joint name="slide" type="slide" axis="1 0 0" stiffness="20" damping="0.3"/>
+      <geom type="sphere" size="0.05" mass="1"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="force" joint="slide"/>
+  </actuator>
+</mujoco>
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env() -> dict:
+  return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), MPLBACKEND="Agg")
+
+
+def _wall(cmd: list[str], cwd: str) -> float:
+  t0 = time.perf_counter()
+  p = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+  wall = time.perf_counter() - t0
+  if p.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+  return wall
+
+
+def _imports(module: str) -> float:
+  """Cumulative import time of `module` in a fresh process, s."""
+  p = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=_env(), capture_output=True,
+                     text=True, timeout=300)
+  for line in p.stderr.splitlines()[::-1]:
+    parts = line.split("|")
+    if len(parts) == 3 and parts[2].strip() == module:
+      return int(parts[1]) * 1e-6
+  return float("nan")
+
+
+def main(argv=None) -> list[dict]:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--device", default="cpu")
+  parser.add_argument("--nstep", default=None, help=argparse.SUPPRESS)  # run.py's common options
+  parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--quick", action="store_true")
+  args = parser.parse_args(argv)
+  repeats = 1 if args.quick else args.repeats
+  sys.path.insert(0, ROOT)
+  from diffsim import data as D
+
+  with tempfile.TemporaryDirectory() as tmp:
+    with open(os.path.join(tmp, "sm.xml"), "w") as f:
+      f.write(MODEL)
+    t = np.arange(500) * 0.002
+    D.save_npz(os.path.join(tmp, "sm.npz"), D.simulate(MODEL.replace('damping="0.3"', 'damping="0.5"'),
+                                                       np.sin(2 * np.pi * 1.3 * t)[:, None], qpos0=[0.1]))
+    cli = [sys.executable, "-m", "diffsim.cli", "sysid", "sm.xml", "sm.npz", "--param", "dof_damping:slide",
+           "--out", "o", "--quiet", "--device", args.device]
+    _wall(cli, tmp)  # warm the kernel cache
+    rows = []
+    for what, cmd in (("python -c pass", [sys.executable, "-c", "pass"]),
+                      ("import diffsim", [sys.executable, "-c", "import diffsim"]),
+                      ("diffsim sysid (spring-mass, 500 samples)", cli),
+                      ("diffsim sysid --no-plots", cli + ["--no-plots"])):
+      walls = [_wall(cmd, tmp) for _ in range(repeats)]
+      rows.append({"what": what, "wall_s": float(np.median(walls)), "repeats": repeats})
+  rows.append({"what": "imports (-X importtime)", "wall_s": None,
+               "imports_s": {m: _imports(m) for m in ("numpy", "mujoco", "warp", "mujoco_warp", "matplotlib.figure",
+                                                      "diffsim.sysid")}})
+  print(table(rows))
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  lines = ["| process | wall time (s) |", "|---|---|"]
+  for r in rows:
+    if r["wall_s"] is not None:
+      lines.append(f"| {r['what']} | {r['wall_s']:.2f} (median of {r['repeats']}) |")
+    else:
+      parts = ", ".join(f"`{m}` {s:.2f}" for m, s in r["imports_s"].items())
+      lines.append(f"| {r['what']}, each in a fresh process | {parts} |")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,337 @@
+"""The README's measured figures, rendered from the stored results in `benchmarks/results/`.
+
+Each generated block of README.md sits between two HTML comments,
+
+  <!-- begin generated: NAME (...) -->
+  ...
+  <!-- end generated: NAME -->
+
+and is rewritten whole from the JSON files named in `BLOCKS`; the rest of the README is prose that
+people edit. Blocks:
+  - `gradients`: the "Gradient quality" table, from `gradients_cpu.json` (`bench_gradients.py`) and
+    the humanoid row of `contact_gradients_cpu.json` (`bench_contact_gradients.py`);
+  - `adjoint`: the analytic adjoint's cost table, from `adjoint_cpu.json` (`bench_adjoint.py`);
+  - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
+    with the command that produced it).
+
+Run `python -m benchmarks.readme` after storing new results to update README.md;
+`python -m benchmarks.readme --check` exits 1, printing the difference, when README.md disagrees
+with the stored results (`tests/test_readme.py` runs that check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+README = os.path.join(ROOT, "README.md")
+
+
+def _load(results: str, name: str):
+  with open(os.path.join(results, name)) as f:
+    return json.load(f)
+
+
+def _g(x: float) -> str:
+  """Two significant digits, without an exponent below 1,000: 98.9 -> "99", 14136 -> "1.4e4"."""
+  if x == 0:
+    return "0"
+  if abs(x) >= 1000 or abs(x) < 0.01:
+    return _e(x)
+  s = f"{float(f'{x:.2g}'):f}".rstrip("0").rstrip(".")
+  return s
+
+
+def _e(x: float, digits: int = 1) -> str:
+  """Scientific, exponent without padding: 2.8e-07 -> "2.8e-7"."""
+  m, e = f"{x:.{digits}e}".split("e")
+  return f"{m}e{int(e)}"
+
+
+def _f(x: float, digits: int = 2) -> str:
+  return f"{x:.{digits}f}"
+
+
+def _span(vals, fmt=_f) -> str:
+  """`lo-hi` of the values as formatted (`lo..hi` for exponents; one value where both read the same)."""
+  lo, hi = fmt(min(vals)), fmt(max(vals))
+  return lo if lo == hi else f"{lo}{'..' if 'e' in lo + hi else '-'}{hi}"
+
+
+def _cmd(argv: list[str], module: str = "benchmarks.run") -> str:
+  """The command line of a stored run (its `--out` left out: where that run wrote is not a setting)."""
+  args, skip = [], False
+  for a in argv:
+    if skip:
+      skip = False
+      continue
+    if a == "--out":
+      skip = True
+      continue
+    args.append(a)
+  if args and args[0].startswith("(python -m "):
+    module, args = args[0][len("(python -m "):-1], args[1:]
+  return " ".join(["python -m", module] + args)
+
+
+# -- gradients ---------------------------------------------------------------------------------------
+
+
+def gradients(results: str) -> str:
+  """The "Gradient quality" table: `bench_gradients.py`'s cases, then the humanoid of the sweep."""
+  from .bench_gradients import table
+
+  rows = _load(results, "gradients_cpu.json")["rows"]
+  sweep = _load(results, "contact_gradients_cpu.json")
+  hum = next(r for r in sweep["rows"] if r["model"] == "humanoid/humanoid.xml")
+  rows = rows + [{"label": f"MJWarp's humanoid from keyframe 0 ({hum['ncon0']} contacts), {hum['nstep']} steps",
+                  "rel_err": hum["grad_err"]}]
+  return table(rows)
+
+
+def adjoint(results: str) -> str:
+  """The analytic adjoint's gradient / forward beside the lanes and MJX (`bench_adjoint.py`)."""
+  from .bench_adjoint import table
+
+  return table(_load(results, "adjoint_cpu.json"))
+
+
+# -- benchmarks --------------------------------------------------------------------------------------
+
+_NAMES = {"cartpole": "cart-pole", "so101": "SO-101", "humanoid": "humanoid"}
+
+
+def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
+  by = {(r["model"], r["nworld"]): r for r in roll}
+  models = list(dict.fromkeys(r["model"] for r in roll))
+  sizes = sorted({r["nworld"] for r in roll})
+  lo, hi = sizes[0], sizes[-1]
+  one = [m for m in ("cartpole", "so101") if (m, lo) in by]
+  out = []
+
+  ratio = lambda r: r["fwd_captured_wsps"] / r["fwd_eager_wsps"]
+  out.append((f"forward, captured graph vs launched from Python ({lo} world, {by[(one[0], lo)]['nstep']} steps)",
+              ", ".join(f"{_NAMES[m]} {_g(by[(m, lo)]['fwd_captured_wsps'])} vs {_g(by[(m, lo)]['fwd_eager_wsps'])}"
+                        + (" world-steps/s" if i == 0 else "") + f" ({_g(ratio(by[(m, lo)]))}x)"
+                        for i, m in enumerate(one))))
+  out.append((f"forward vs raw `mjw.step` in a captured graph (same start and controls, timed alternately; "
+              f"{' and '.join(str(s) for s in sizes)} worlds)",
+              f"{_span([r['fwd_over_raw'] for r in roll])}x its time over "
+              f"{', '.join(_NAMES[m] for m in models[:-1])} and {_NAMES[models[-1]]} (diffsim records the "
+              "trajectory and runs one `mjw.forward` after the last step for its sensors)"))
+  if all("fwd_over_user" in r for r in roll):
+    parts = []
+    for m in models:
+      v = {s: by[(m, s)]["fwd_over_user"] for s in sizes if (m, s) in by}
+      if max(v.values()) > 1.3 * min(v.values()):
+        parts.append(f"{_f(v[lo], 1)}x ({lo} world) to {_f(v[hi], 1)}x ({hi}) on the {_NAMES[m]}")
+      else:
+        parts.append(f"{_span(list(v.values()), lambda x: _f(x, 1))}x on the {_NAMES[m]}")
+    worst = max(models, key=lambda m: by[(m, hi)]["fwd_over_user"])
+    w = by[(worst, hi)]
+    out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
+                "solver tolerance; diffsim runs every solver iteration so that all lanes take the same path)",
+                f"raw MJWarp is faster than diffsim by {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
+                f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
+                f"tolerance 0 on the {_NAMES[worst]} at {hi} worlds"))
+  nthread = roll[0].get("mujoco_rollout_nthread", "all")
+  parts = []
+  for m in models:
+    v = {s: by[(m, s)]["fwd_captured_wsps"] / by[(m, s)]["mujoco_rollout_wsps"] for s in sizes if (m, s) in by}
+    if (max(v.values()) > 1) != (min(v.values()) > 1):
+      parts.append(f"{_NAMES[m]} {_f(v[lo])}x at {lo} world, {_f(v[hi])}x at {hi}")
+    else:
+      parts.append(f"{_NAMES[m]} {_span(list(v.values()))}x")
+  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance 0 like diffsim; 1 thread in "
+              "`cpu.md`)", "diffsim's speed relative to it: " + "; ".join(parts)))
+  parts = []
+  for m in models:
+    v = {s: by[(m, s)]["grad_over_fwd"] for s in sizes if (m, s) in by}
+    parts.append(f"{_NAMES[m]} {_g(v[lo])}x at {lo} world, {_g(v[hi])}x at {hi} ({by[(m, lo)]['nlane']} lanes)")
+  out.append(("gradient / forward time", "about one MJWarp step per perturbation lane (guard lanes included): "
+              + "; ".join(parts)))
+  return out
+
+
+def _mjx_rows(mjx: list[dict]) -> list[tuple[str, str]]:
+  mjx = sorted(mjx, key=lambda r: r["nworld"])
+  a, z = mjx[0], mjx[-1]
+  slower = all(r["grad_ratio"] > 1 for r in mjx)
+  verdict = "slower than MJX at every size on this CPU" if slower else \
+    "faster than MJX at " + ", ".join(f"{r['nworld']:,}" for r in mjx if r["grad_ratio"] < 1) + " worlds"
+  ms = lambda s: f"{_g(1e3 * s)} ms" if s < 1 else f"{_g(s)} s"
+  sizes = ", ".join(f"{_f(r['grad_ratio'], 1)}x at {r['nworld']:,}" for r in mjx)
+  sizes = sizes.replace("x at", "x MJX's time at", 1)
+  fd = ", ".join(f"{_f(r['grad_fd_ratio'], 1)}x" for r in mjx)
+  first = ", ".join(f"{_g(r['diffsim_first_call_s'])} s" for r in mjx)
+  counts = ", ".join(f"{r['nworld']:,}" for r in mjx)
+  caches = "XLA cold, Warp " + mjx[0]["warp_cache"] if "warp_cache" in mjx[0] else "caches not recorded in this run"
+  return [
+    (f"gradient vs MJX `jax.grad` through `mjx.step` (cart-pole, {a['nstep']} steps, final-state loss, same gradient "
+     f"to {_g(max(r['grad_rel_err'] for r in mjx))})",
+     f"{verdict}: {sizes} worlds ({ms(a['diffsim_grad_s'])} vs {ms(a['mjx_grad_s'])} at "
+     f"{a['nworld']:,}, {ms(z['diffsim_grad_s'])} vs {ms(z['mjx_grad_s'])} at {z['nworld']:,}); with forward "
+     f"differences (`central=False`: {a['nlane_fd']} lanes instead of {a['nlane']}, the gradient within "
+     f"{_g(max(r['grad_fd_rel_err'] for r in mjx))} of MJX's) {fd}; MJX's forward is "
+     f"{_span([r['fwd_ratio'] for r in mjx], lambda x: _f(x, 0))}x faster"),
+    ("first call (compilation plus one run) of the gradient above",
+     f"MJX's `jax.grad`: {_span([r['mjx_first_call_s'] for r in mjx], lambda x: _f(x, 0))} s per world count; "
+     f"diffsim's: {first} at {counts} worlds ({caches})"),
+  ]
+
+
+def _determinism_row(det: list[dict]) -> tuple[str, str]:
+  costs = [r[k] for r in det for k in ("fwd_cost", "grad_cost")]
+  bitwise = all(r[k] for r in det for k in ("fwd_bitwise_on", "grad_bitwise_on", "fwd_bitwise_off", "grad_bitwise_off"))
+  models = " and ".join(f"{_NAMES[r['model']]} ({r['ncon_on']} contacts)" for r in det)
+  return (f"determinism (`set_deterministic`, {det[0]['nworld']} worlds, {models})",
+          f"on vs off costs {_span(costs)}x on the CPU, where kernels run sequentially"
+          + (" and every replay repeats bitwise either way" if bitwise else "; some replays are not bitwise equal")
+          + "; the GPU figure comes from `gpu_check.sh`")
+
+
+def _trajopt_rows(rows: list[dict]) -> list[tuple[str, str]]:
+  by = {(r["problem"], r["method"]): r for r in rows}
+  problems = list(dict.fromkeys(r["problem"] for r in rows))
+
+  def t2x(r):
+    if r["time_to_2x_s"] is None:
+      return "never within 2x"
+    spread = f", runs {_span(r['time_to_2x_runs_s'])} s" if len(r.get("time_to_2x_runs_s") or []) > 1 else ""
+    return f"{_f(r['time_to_2x_s'], 1)} s ({r['iters_to_2x']} iterations{spread})"
+
+  desc = {"cartpole": "cart-pole swing-up", "so101": "SO-101 reach"}
+  ilqr = ", ".join(f"{desc[p]} ({by[(p, 'ilqr')]['nworld']} worlds, {by[(p, 'ilqr')]['horizon']} steps) "
+                   f"{t2x(by[(p, 'ilqr')])}" for p in problems if (p, "ilqr") in by)
+  others = []
+  for p in problems:
+    got = [m for m in ("adam", "lbfgs") if (p, m) in by]
+    if got:
+      others.append(f"{desc[p]}: " + ", ".join(
+        f"{'Adam' if m == 'adam' else 'L-BFGS'} ({by[(p, m)]['nit']} iterations) {t2x(by[(p, m)])}, "
+        f"{100 * by[(p, m)]['success_rate']:.0f}% of worlds successful" for m in got)
+        + f" (iLQR {100 * by[(p, 'ilqr')]['success_rate']:.0f}%)")
+  first = ", ".join(f"{_NAMES[p]} {_f(by[(p, 'ilqr')]['first_iter_looped_s'])} s against "
+                    f"{_g(by[(p, 'ilqr')]['first_iter_one_graph_s'])} s" for p in problems if (p, "ilqr") in by)
+  reps = {r.get("repeats", 1) for r in rows}
+  traffic = []
+  for m in ("adam", "ilqr", "lbfgs"):
+    rs = [r for r in rows if r["method"] == m]
+    if rs:
+      rw = lambda k: _span([r[k] for r in rs], lambda x: _g(x))
+      replays = rw("replays_per_iter") if m != "ilqr" else ", ".join(
+        f"{r['replays_per_iter']:,.0f} ({r['horizon']} steps)" for r in rs)
+      traffic.append(f"{'Adam' if m == 'adam' else 'iLQR' if m == 'ilqr' else 'L-BFGS'}: {rw('writes_per_iter')} "
+                     f"writes, {rw('reads_per_iter')} reads, {rw('launches_per_iter')} Python launches, "
+                     f"graph replays {replays}")
+  return [
+    ("trajectory optimization, time to every world within 2x of the best cost any solver found (`bench_trajopt`"
+     + (f", median of {max(reps)} runs" if max(reps) > 1 else ", one run per solver") + ")",
+     f"iLQR: {ilqr}; " + "; ".join(others) + "; first iLQR iteration, graph capture included, with the step "
+     f"graph replayed per step (the CPU default) against the iteration as one graph (the GPU default): {first}"),
+    ("host traffic per optimizer iteration (without progress reads)",
+     "; ".join(traffic) + " (iLQR on the CPU replays the rollouts' step graph once per step; on the GPU the "
+     "iteration is one graph; L-BFGS is scipy on the host: a write and a read per evaluation)"),
+  ]
+
+
+def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
+  smooth = sorted([r for r in rows if not r["limits"]], key=lambda r: r["ntraj"])
+  lim = [r for r in rows if r["limits"]]
+  s = lambda x: f"{_g(x)} s"
+  a, z = smooth[0], smooth[-1]
+  txt = (f"smooth ({a['nparam']} parameters, {a['steps']} steps): max relative error diffsim "
+         f"{_span([r[k] for r in smooth for k in ('diffsim_err', 'directional_err')], _e)} "
+         f"(truth within {_f(max(r[k] for r in smooth for k in ('diffsim_z', 'directional_z')), 1)} std), "
+         f"`mujoco.sysid` {_e(max(r['sysid_err'] for r in smooth), 0)}; "
+         f"{a['ntraj']} trajectory: diffsim {s(a['diffsim_s'])}, `jacobian=\"directional\"` ({a['directional_worlds']} "
+         f"lanes instead of {a['diffsim_worlds']}) {s(a['directional_s'])}, `mujoco.sysid` {s(a['sysid_s'])}; "
+         f"{z['ntraj']} trajectories: {s(z['diffsim_s'])}, {s(z['directional_s'])} and {s(z['sysid_s'])}")
+  if lim:
+    r = lim[0]
+    conv = lambda k: "converged" if r[f"{k}_success"] else "not converged"
+    txt += (f". At the limits ({r['nparam']} armatures, {r['ntraj']} trajectories of {r['steps']} steps, "
+            f"{sum(1 for k in r['at_limit'] if k)} driven onto a limit): `mujoco.sysid` {s(r['sysid_s'])}, error "
+            f"{_e(r['sysid_err'], 0)}; diffsim's default {s(r['diffsim_s'])}, {_e(r['diffsim_err'])}, "
+            f"{conv('diffsim')}; `\"forward\"` alone {s(r['forward_s'])}, {_e(r['forward_err'])}, {conv('forward')}; "
+            f"`\"directional\"` alone {s(r['directional_s'])} ({r['directional_nit']} iterations), "
+            f"{_e(r['directional_err'])}, {conv('directional')}")
+  return (f"system identification vs `mujoco.sysid` (5-link arm; `{_cmd(argv)}`)", txt)
+
+
+def benchmarks(results: str) -> str:
+  """The "Benchmarks" table: one row per measurement, each figure from `cpu.json`."""
+  rep = _load(results, "cpu.json")
+  sec, argv = rep["sections"], rep.get("argv_by_section", {})
+  rows = []
+  if isinstance(sec.get("rollout"), list):
+    rows += _rollout_rows(sec["rollout"])
+  if isinstance(sec.get("mjx"), list):
+    rows += _mjx_rows(sec["mjx"])
+  if isinstance(sec.get("determinism"), list):
+    rows.append(_determinism_row(sec["determinism"]))
+  if isinstance(sec.get("trajopt"), list):
+    rows += _trajopt_rows(sec["trajopt"])
+  if isinstance(sec.get("sysid"), list):
+    rows.append(_sysid_row(sec["sysid"], argv.get("sysid", [])))
+  out = ["| measurement | result |", "|---|---|"] + [f"| {m} | {r} |" for m, r in rows]
+  out += ["", "Each section's run (`benchmarks/results/cpu.json`, tables in `cpu.md`):"]
+  out += [f"- {name}: `{_cmd(a)}`" for name, a in argv.items() if isinstance(sec.get(name), list)]
+  return "\n".join(out)
+
+
+# name: (renderer, its sources under benchmarks/results)
+BLOCKS = {
+  "gradients": (gradients, ("gradients_cpu.json", "contact_gradients_cpu.json")),
+  "benchmarks": (benchmarks, ("cpu.json",)),
+  "adjoint": (adjoint, ("adjoint_cpu.json",)),
+}
+
+
+def _pattern(name: str) -> re.Pattern:
+  return re.compile(rf"(<!-- begin generated: {name} [^\n]*-->\n)(.*?)(<!-- end generated: {name} -->)", re.S)
+
+
+def render(text: str, results: str = RESULTS) -> str:
+  """README text with every generated block rendered anew from `results`."""
+  for name, (fn, _) in BLOCKS.items():
+    pat = _pattern(name)
+    if not pat.search(text):
+      raise ValueError(f"README.md has no generated block {name!r}: add the lines "
+                       f"'<!-- begin generated: {name} (python -m benchmarks.readme) -->' and "
+                       f"'<!-- end generated: {name} -->' where it belongs")
+    body = fn(results)
+    text = pat.sub(lambda m: m.group(1) + body + "\n" + m.group(3), text, count=1)
+  return text
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--check", action="store_true", help="exit 1 if README.md disagrees with the stored results")
+  parser.add_argument("--readme", default=README)
+  parser.add_argument("--results", default=RESULTS)
+  args = parser.parse_args(argv)
+  with open(args.readme) as f:
+    text = f.read()
+  new = render(text, args.results)
+  if new == text:
+    return 0
+  if args.check:
+    sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), new.splitlines(True), "README.md",
+                                               "README.md from benchmarks/results"))
+    return 1
+  with open(args.readme + ".tmp", "w") as f:
+    f.write(new)
+  os.replace(args.readme + ".tmp", args.readme)
+  print(f"updated {args.readme}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
