@@ -5,11 +5,11 @@
 # cuda0.{json,md} (the determinism section) and gpu_*.txt (the last lines of each step's log; the
 # whole log in gpu_*.log).
 #
-# Time budget: 8 minutes (480 s). Every step has a timeout (s), plus 5 s for one that ignores SIGTERM:
+# Time budget: 9 minutes (515 s). Every step has a timeout (s), plus 5 s for one that ignores SIGTERM:
 #   install diffsim[dev] 80 | torch 25 | jax + mjx 15 | mujoco[sysid] 10 | CUDA check 10 |
 #   GPU tests 60 | reach (tutorial 03, issue 3's bar) 60 | rollout, cart-pole + SO-101 45 | humanoid 20 |
-#   determinism 30 | mjx 25 | trajopt 20 | sysid 15
-#   = 415 s + 13 x 5 s = 480 s at most; a step that times out loses only its own unfinished rows.
+#   analytic adjoint 30 | determinism 30 | mjx 25 | trajopt 20 | sysid 15
+#   = 445 s + 14 x 5 s = 515 s at most; a step that times out loses only its own unfinished rows.
 # Kernel compilation (the first use of each model on the GPU, cached in ~/.cache/warp for the later
 # steps) counts inside these; with a warm cache the benchmarks get further.
 #
@@ -52,11 +52,13 @@ if [ "$SMOKE" = 1 ]; then
   DEV=cpu
   PY=${PYTHON:-$(command -v python3 || command -v python)}
   SIZES=(1 2); NSTEP=(--nstep 3); HNSTEP=(--nstep 3); DET=(--sizes 2 --nstep 3); MJX=(--sizes 1 --nstep 3 --repeats 1)
+  ADJ=(--models cartpole --sizes 2 --nstep 3 --repeats 1)
   REACH=(--nworld 2 --duration 0.02 --timestep 0.01 --iters 1); TRAJOPT=(--quick --problems cartpole)
   SYSID=(--quick); TESTS=(--collect-only)
 else
   DEV=cuda:0
   SIZES=(1 64 1024 2048); NSTEP=(--nstep 50); HNSTEP=(--nstep 20); DET=(--sizes 1024 --nstep 50); MJX=(--sizes 1 1024 --nstep 100)
+  ADJ=(--models cartpole humanoid_no_contacts --sizes 1 1024 2048 --nstep 50 --lane-max-worlds 100000)
   REACH=(); TRAJOPT=(); SYSID=(--repeats 1); TESTS=()
   # PEP 668: the system pip refuses installs, and bare `python` may not exist
   if [ ! -x "$VENV/bin/python" ]; then
@@ -86,7 +88,7 @@ fi
 
 # GPU correctness first: tests/conftest.py runs the fixtures' scenes on DIFFSIM_TEST_DEVICE
 DIFFSIM_TEST_DEVICE=$DEV step 60 tests "$PY" -m pytest -q -p no:cacheprovider "${TESTS[@]}" tests/test_gradients.py \
-  tests/test_trajopt.py tests/test_interop_torch.py tests/test_interop_jax.py || true
+  tests/test_adjoint.py tests/test_trajopt.py tests/test_interop_torch.py tests/test_interop_jax.py || true
 
 # issue 3's bar at full size, right after the tests: 2,048 SO-101 worlds reach their targets (>= 95%
 # within 1 cm; the tutorial's last line says how many)
@@ -97,6 +99,8 @@ step 45 rollout "$PY" -m benchmarks.bench_rollout --device "$DEV" --models cartp
   --sizes "${SIZES[@]}" "${NSTEP[@]}" --out "$OUT" || true
 step 20 humanoid "$PY" -m benchmarks.bench_rollout --device "$DEV" --models humanoid --sizes "${SIZES[@]}" \
   "${HNSTEP[@]}" --out "$OUT/humanoid" || true
+# the analytic adjoint's gradient / forward beside the lanes (the lanes' worlds run in parallel on a GPU)
+step 30 adjoint "$PY" -m benchmarks.bench_adjoint --device "$DEV" "${ADJ[@]}" --out "$OUT" || true
 step 30 determinism "$PY" -m benchmarks.run --device "$DEV" "${DET[@]}" --sections determinism --out "$OUT" || true
 step 25 mjx "$PY" -m benchmarks.bench_mjx --device "$DEV" "${MJX[@]}" --out "$OUT" || true
 # time to a cost threshold per solver, host traffic per iteration; sysid vs mujoco.sysid

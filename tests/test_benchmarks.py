@@ -132,8 +132,8 @@ def test_gpu_check_script_runs_on_cpu_at_tiny_size(tmp_path):
   proc = subprocess.run(["bash", os.path.join(root, "benchmarks", "gpu_check.sh")], env=env, capture_output=True,
                         text=True, timeout=1800)
   assert proc.returncode == 0 and "failed: none" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
-  for f in ("rollout_cpu.json", "humanoid/rollout_cpu.json", "cpu.json", "mjx_cpu.json", "trajopt_cpu.json",
-            "sysid_cpu.json", "03_so101_reach/reach.png"):
+  for f in ("rollout_cpu.json", "humanoid/rollout_cpu.json", "adjoint_cpu.json", "cpu.json", "mjx_cpu.json",
+            "trajopt_cpu.json", "sysid_cpu.json", "03_so101_reach/reach.png"):
     assert (tmp_path / f).stat().st_size > 0, f
   rows = json.loads((tmp_path / "rollout_cpu.json").read_text())["rows"]
   assert sorted({r["model"] for r in rows}) == ["cartpole", "so101"] and sorted({r["nworld"] for r in rows}) == [1, 2]
