@@ -54,7 +54,8 @@ _DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT = 0, 1, 2, 3
 _GAIN_FIXED, _GAIN_AFFINE = 0, 1
 _BIAS_NONE, _BIAS_AFFINE = 0, 1
 _MINIMP, _MAXIMP = float(mujoco.mjMINIMP), float(mujoco.mjMAXIMP)
-_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(mujoco.mjtObj.mjOBJ_BODY), int(mujoco.mjtObj.mjOBJ_XBODY), int(mujoco.mjtObj.mjOBJ_SITE)
+_O = mujoco.mjtObj
+_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(_O.mjOBJ_BODY), int(_O.mjOBJ_XBODY), int(_O.mjOBJ_SITE)
 _S = mujoco.mjtSensor
 _SENS_JOINTPOS, _SENS_JOINTVEL = int(_S.mjSENS_JOINTPOS), int(_S.mjSENS_JOINTVEL)
 _SENS_ACTUATORPOS, _SENS_ACTUATORVEL = int(_S.mjSENS_ACTUATORPOS), int(_S.mjSENS_ACTUATORVEL)
@@ -585,7 +586,8 @@ def _joint_forces(
   tau_out: wp.array2d[float],  # (nworld, nv) inverse dynamics M qacc + c
 ):
   w, d = wp.tid()
-  tau_out[w, d] = wp.dot(cdof[w, d], cfrc_int[w, dof_bodyid[d]]) + dof_armature[w % dof_armature.shape[0], d] * qacc[w, d]
+  armature = dof_armature[w % dof_armature.shape[0], d]
+  tau_out[w, d] = wp.dot(cdof[w, d], cfrc_int[w, dof_bodyid[d]]) + armature * qacc[w, d]
 
 
 @wp.kernel
@@ -612,7 +614,8 @@ def _passive(
   drow = w % dof_damping.shape[0]
   if typ == _HINGE or typ == _SLIDE:
     qadr = jnt_qposadr[j]
-    spring = -jnt_stiffness[w % jnt_stiffness.shape[0], j] * (qpos[w, qadr] - qpos_spring[w % qpos_spring.shape[0], qadr])
+    stiffness = jnt_stiffness[w % jnt_stiffness.shape[0], j]
+    spring = -stiffness * (qpos[w, qadr] - qpos_spring[w % qpos_spring.shape[0], qadr])
     qfrc_out[w, d] = spring * spring_on - damper_on * dof_damping[drow, d] * qvel[w, d]
   elif typ == _BALL:
     for i in range(3):

@@ -370,26 +370,29 @@ class Rollout:
     if gradient not in GRADIENTS:
       raise ValueError(f"gradient must be one of {GRADIENTS}, got {gradient!r}")
     from .adjoint import AnalyticStep  # imports mujoco_warp: only once a Rollout is built
-    self.scene = scene
-    self.nstep = int(nstep)
-    self.layout = ParamLayout(scene, params)
-    self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
-    analytic = self.gradient == "analytic"
-    # with the analytic adjoint the lanes only serve linearized calls: their worlds are made then
-    self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
-                                   ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard,
-                                   lazy=analytic)
-    self.check = check
-    self._buf = _Buffers(scene, self.nstep, self.fd, analytic)
-    # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
-    self._switches = self._buf.switches
-    # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
-    # use: put_data inside a graph capture would be recorded instead of run
-    self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
-    # and the parameters' per-lane model rows, for the same reason
-    self.layout.reserve(1 if analytic else self.fd.nlane)
-    # the analytic adjoint's arrays and launches, made after the parameter rows they read
-    self.adjoint = AnalyticStep(scene, self.layout, self._fwd) if analytic else None
+
+    # building launches kernels (MJWarp's memory probe, parameter rows): keep them off a user's tape
+    with off_tape():
+      self.scene = scene
+      self.nstep = int(nstep)
+      self.layout = ParamLayout(scene, params)
+      self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
+      analytic = self.gradient == "analytic"
+      # with the analytic adjoint the lanes only serve linearized calls: their worlds are made then
+      self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
+                                     ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard,
+                                     lazy=analytic)
+      self.check = check
+      self._buf = _Buffers(scene, self.nstep, self.fd, analytic)
+      # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
+      self._switches = self._buf.switches
+      # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
+      # use: put_data inside a graph capture would be recorded instead of run
+      self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
+      # and the parameters' per-lane model rows, for the same reason
+      self.layout.reserve(1 if analytic else self.fd.nlane)
+      # the analytic adjoint's arrays and launches, made after the parameter rows they read
+      self.adjoint = AnalyticStep(scene, self.layout, self._fwd) if analytic else None
 
   @property
   def params(self) -> list[Param]:
@@ -705,9 +708,8 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   cache = scene.__dict__.setdefault("_rollouts", {})
   ro = cache.get(key)
   if ro is None:
-    with off_tape():  # constructing allocates and measures memory with MJWarp launches
-      ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps,
-                   gradient=gradient)
+    ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps,
+                 gradient=gradient)
     cache[key] = ro
   if check:
     # validate before any rollout kernel runs
