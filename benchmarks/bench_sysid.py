@@ -25,13 +25,13 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
   - `mujoco.sysid`: `ModelSequences` + `build_residual_fn` + `optimize(optimizer="mujoco")`, all
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
-  - diffsim (default): `diffsim.sysid.identify(..., solver="lm")`, defaults otherwise
+  - diffsim (default): `diffsim.sysid.identify(..., method="lm")`, defaults otherwise
     (Levenberg-Marquardt on MJWarp in float32, `jacobian="auto"`: per-step forward-difference
     Jacobians over the state and the parameters in `1 + 2 nv + nparam` lanes per world, plus `nv`
     guard lanes in a model with limits (controls are data: no lanes), propagated forward to the
     residual Jacobian: one linearized rollout per iteration, replayed from captured graphs; where
     the trajectories cross constraint switches, the directional Jacobian's step when it lowers the
-    cost, see `diffsim/sysid.py`, "Convergence").
+    cost, see `diffsim/sysid/lm.py`).
   - diffsim forward (at the limits only; on smooth data it is the default's run): `jacobian="forward"`.
   - diffsim directional: `jacobian="directional"` (forward mode: `1 + nparam` lanes per world, each
     moving the state along its parameter's tangent).
@@ -308,8 +308,8 @@ def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> di
   t0 = time.perf_counter()
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", sysid.IdentifiabilityWarning)  # tiny warm-up problems
-    res = sysid.identify(guess, recs, names, bounds=bounds, weights=weights, normalize=False, solver="lm",
-                         iters=iters, device=device, out=None, plots=False, jacobian=jacobian)
+    res = sysid.identify(guess, recs, names, bounds=bounds, weights=weights, normalize=False, method="lm",
+                         maxiter=iters, device=device, out=None, plots=False, jacobian=jacobian, progress=False)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
           "fun": res.fun, "sim_worlds": res.sim_worlds, "success": res.success, "std": res.theta_std}

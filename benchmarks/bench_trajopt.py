@@ -129,10 +129,10 @@ def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: 
   """Host traffic of one iteration: counts of a run of `n1` iterations minus one of `n0`, over `n1 - n0`."""
   counts, nits = [], []
   # a solver is cached per problem for runs up to its capacity: make (and capture) it first
-  diffsim.optimize_trajectory(problem, method, maxiter=n1, ftol=0.0, log_every=n1, quiet=True, options=options)
+  diffsim.optimize_trajectory(problem, method, maxiter=n1, ftol=0.0, log_every=n1, progress=False, options=options)
   for n in (n0, n1):
     with count_host_traffic() as c:
-      res = diffsim.optimize_trajectory(problem, method, maxiter=n, ftol=0.0, log_every=n, quiet=True,
+      res = diffsim.optimize_trajectory(problem, method, maxiter=n, ftol=0.0, log_every=n, progress=False,
                                         options=options)
     counts.append(dict(c))
     nits.append(res.nit)
@@ -142,19 +142,15 @@ def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: 
 
 def ilqr_first_iteration(name: str, nworld: int, device, quick: bool, options: dict) -> dict:
   """Seconds of iLQR's first iteration, graph capture included (kernels already compiled), with the
-  whole iteration captured as one graph (`one_graph`, the GPU's default) and with the rollouts'
-  step captured once and replayed per step (`looped`, the CPU's default); a fresh problem each."""
+  whole iteration captured as one graph (`one_graph`, the option `loop_steps=False`, the GPU's default)
+  and with the rollouts' step captured once and replayed per step (`looped`, `loop_steps=True`, the
+  CPU's default); a fresh problem each."""
   out = {}
   for key, loop in (("one_graph", False), ("looped", True)):
     problem, _ = make_problem(name, nworld, quick, device)
-    default = diffsim.trajopt._ILQR.loop_steps
-    diffsim.trajopt._ILQR.loop_steps = loop
-    try:
-      t = time.perf_counter()
-      diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, quiet=True, options=options)
-      out[key] = time.perf_counter() - t
-    finally:
-      diffsim.trajopt._ILQR.loop_steps = default
+    t = time.perf_counter()
+    diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, progress=False, options={**options, "loop_steps": loop})
+    out[key] = time.perf_counter() - t
   return out
 
 
@@ -172,20 +168,20 @@ def bench_problem(name: str, nworld: int, device, quick: bool, rtol: float, solv
     # a solver is cached for runs up to its capacity, maxiter + 1: a smaller one would be rebuilt,
     # and its graphs recaptured, inside the timed run
     t = time.perf_counter()
-    diffsim.optimize_trajectory(problem, method, maxiter=maxiter, log_every=1, quiet=True, options=opts,
-                                callback=lambda nit, fun: True)
+    diffsim.optimize_trajectory(problem, method, maxiter=maxiter, log_every=1, progress=False, options=opts,
+                                callback=lambda iterate: True)
     warmup_s = time.perf_counter() - t
     results, stamps, walls = [], [], []
     for _ in range(max(int(repeats), 1)):
       stamps.append([])
 
-      def stamp(nit, fun):
-        stamps[-1].append((nit, time.perf_counter() - t0, fun.copy()))
+      def stamp(iterate):
+        stamps[-1].append((iterate.nit, time.perf_counter() - t0, iterate.fun.copy()))
         return False
 
       t0 = time.perf_counter()
-      results.append(diffsim.optimize_trajectory(problem, method, maxiter=maxiter, ftol=0.0, log_every=1, quiet=True,
-                                                 options=opts, callback=stamp))
+      results.append(diffsim.optimize_trajectory(problem, method, maxiter=maxiter, ftol=0.0, log_every=1,
+                                                 progress=False, options=opts, callback=stamp))
       walls.append(time.perf_counter() - t0)
     runs[method] = dict(res=results[0], stamps=stamps, walls=walls, warmup_s=warmup_s, maxiter=maxiter, opts=opts)
   # the reference per world: the lowest final cost of any solver

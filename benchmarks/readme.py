@@ -11,6 +11,7 @@ people edit. Blocks:
   - `gradients`: the "Gradient quality" table, from `gradients_cpu.json` (`bench_gradients.py`) and
     the humanoid row of `contact_gradients_cpu.json` (`bench_contact_gradients.py`);
   - `adjoint`: the analytic adjoint's cost table, from `adjoint_cpu.json` (`bench_adjoint.py`);
+  - `distributed`: 1 vs 2 Ray workers, from `distributed_cpu.json` (`bench_distributed.py`);
   - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
     with the command that produced it).
 
@@ -100,6 +101,16 @@ def adjoint(results: str) -> str:
   from .bench_adjoint import table
 
   return table(_load(results, "adjoint_cpu.json"))
+
+
+def distributed(results: str) -> str:
+  """Scale-out with Ray: 1 vs N workers per job, bytes per call (`bench_distributed.py`), and its command."""
+  from .bench_distributed import table
+
+  stored = _load(results, "distributed_cpu.json")
+  runs = "\n".join(f"- {r['job']}: `{_cmd(r.get('argv', stored['argv']), 'benchmarks.bench_distributed')}`"
+                   for r in stored["rows"])
+  return table(stored["rows"]) + "\n\nEach job's run:\n" + runs
 
 
 # -- benchmarks --------------------------------------------------------------------------------------
@@ -291,6 +302,7 @@ BLOCKS = {
   "gradients": (gradients, ("gradients_cpu.json", "contact_gradients_cpu.json")),
   "benchmarks": (benchmarks, ("cpu.json",)),
   "adjoint": (adjoint, ("adjoint_cpu.json",)),
+  "distributed": (distributed, ("distributed_cpu.json",)),
 }
 
 

@@ -18,6 +18,8 @@ reported as failed and the others still run):
   sysid        diffsim vs `mujoco.sysid` on the same data, 1 and 64 trajectories (needs mujoco[sysid])
   contact      gradient error against float64 MuJoCo C, unresolved constraint switches, memory and time
                over MuJoCo Warp's own test models (2 worlds, 20 steps; each model in its own process)
+  distributed  1 vs 2 Ray workers: gradient of 1,024 cart-pole worlds, iLQR on 64 SO-101 reach worlds,
+               sysid of 64 recordings; bytes per call (needs diffsim[ray])
   startup      `import diffsim` and a whole `diffsim sysid` process (spring-mass, 500 samples), warm cache
 
 Writes `benchmarks/results/<device>.json` and `<device>.md` after every section (temp file, then
@@ -37,7 +39,7 @@ import warp as wp
 
 from benchmarks import bench_rollout
 
-SECTIONS = ("rollout", "adjoint", "determinism", "mjx", "trajopt", "sysid", "contact", "startup")
+SECTIONS = ("rollout", "adjoint", "determinism", "mjx", "trajopt", "sysid", "contact", "distributed", "startup")
 
 
 def _section(module: str, argv: list[str]):
@@ -109,10 +111,13 @@ def main(argv=None) -> dict:
     "trajopt": ("bench_trajopt", common + (["--quick"] if args.quick else [])),
     "sysid": ("bench_sysid", common + (["--quick"] if args.quick else [])),
     "contact": ("bench_contact_gradients", common[4:] + (["--quick"] if args.quick else [])),  # --out, --device
+    "distributed": ("bench_distributed", common + (["--quick"] if args.quick else [])),
     "startup": ("bench_startup", ["--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])),
   }
-  titles = {"rollout": "Rollout and gradient throughput", "adjoint": "Analytic adjoint: gradient / forward","determinism": "Determinism", "mjx": "mjx",
-            "trajopt": "trajopt", "sysid": "sysid", "contact": "Gradients through contact (MJWarp test models)",
+  titles = {"rollout": "Rollout and gradient throughput", "adjoint": "Analytic adjoint: gradient / forward",
+            "determinism": "Determinism", "mjx": "mjx", "trajopt": "trajopt", "sysid": "sysid",
+            "contact": "Gradients through contact (MJWarp test models)",
+            "distributed": "Scale-out with Ray (1 vs 2 workers)",
             "startup": "Start-up (import, a whole diffsim sysid process)"}
 
   def markdown() -> list[str]:
@@ -156,8 +161,9 @@ def _text(name: str, rows) -> str:
     return rows
   if name == "determinism":
     return bench_rollout.determinism_table(rows)
-  module = {"rollout": "bench_rollout", "adjoint": "bench_adjoint", "mjx": "bench_mjx", "trajopt": "bench_trajopt", "sysid": "bench_sysid",
-            "contact": "bench_contact_gradients", "startup": "bench_startup"}[name]
+  module = {"rollout": "bench_rollout", "adjoint": "bench_adjoint", "mjx": "bench_mjx", "trajopt": "bench_trajopt",
+            "sysid": "bench_sysid", "contact": "bench_contact_gradients", "distributed": "bench_distributed",
+            "startup": "bench_startup"}[name]
   return importlib.import_module(f"benchmarks.{module}").table(rows)
 
 

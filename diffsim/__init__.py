@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 # submodules, and public names with the module that defines them
-_SUBMODULES = ("adjoint", "cli", "data", "gradcheck", "graph", "interop", "kernels", "lerobot", "losses", "params", "plot",
-               "scene", "step", "sysid", "trajopt")
+_SUBMODULES = ("adjoint", "cli", "data", "distributed", "gradcheck", "graph", "interop", "joints", "kernels", "lerobot",
+               "losses", "optim", "params", "plot", "scene", "step", "sysid", "trajopt")
 _NAMES = {
   "check_gradients": "gradcheck",
   "Param": "params",
@@ -66,9 +66,12 @@ sys.modules[__name__].__class__ = _Package
 if TYPE_CHECKING:
   from diffsim import data as data
   from diffsim import graph as graph
+  from diffsim import distributed as distributed
   from diffsim import interop as interop
+  from diffsim import joints as joints
   from diffsim import kernels as kernels
   from diffsim import losses as losses
+  from diffsim import optim as optim
   from diffsim import sysid as sysid
   from diffsim.gradcheck import check_gradients as check_gradients
   from diffsim.params import Param as Param

@@ -36,9 +36,11 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import warp as wp
+
 from mujoco_warp._src.types import vec5, vec10, vec12
 
-from .params import _flat, model_field
+from .joints import BALL, FREE, HINGE, SLIDE
+from .params import flat_rows, model_field
 
 __all__ = ["AnalyticStep", "analytic_coverage", "COVERED_PARAM_FIELDS"]
 
@@ -48,7 +50,6 @@ COVERED_PARAM_FIELDS = (
   "actuator_gainprm", "actuator_biasprm", "actuator_dynprm", "actuator_gear", "opt.gravity", "dof_frictionloss",
 )
 
-_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 _MINVAL = 1e-15
 _DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT = 0, 1, 2, 3
 _GAIN_FIXED, _GAIN_AFFINE = 0, 1
@@ -78,13 +79,13 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   integrator = int(mjm.opt.integrator)
   if integrator not in (int(mujoco.mjtIntegrator.mjINT_EULER), int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)):
     return f"the {mujoco.mjtIntegrator(integrator).name[6:].lower()} integrator (Euler and implicitfast only)"
-  if integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST) and (mjm.jnt_type == _FREE).any():
+  if integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST) and (mjm.jnt_type == FREE).any():
     # MJWarp solves free bodies' rows with their gyroscopic velocity derivative (implicit_free_body)
     return "free joints with the implicitfast integrator"
-  from .scene import _can_make_contacts
+  from .scene import can_make_contacts
 
   constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
-  if constraints_on and _can_make_contacts(mjm):
+  if constraints_on and can_make_contacts(mjm):
     return "contacts (geoms of different bodies can collide; disable contacts to use the analytic adjoint)"
   if mjm.ntendon:
     return "tendons"
@@ -93,13 +94,13 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       if int(mjm.eq_type[e]) != int(mujoco.mjtEq.mjEQ_JOINT):
         return f"{mujoco.mjtEq(int(mjm.eq_type[e])).name[5:].lower()} equality constraints (joint equalities only)"
       for j in mjm.eq_obj1id[e], mjm.eq_obj2id[e]:
-        if j >= 0 and mjm.jnt_type[j] not in (_HINGE, _SLIDE):
+        if j >= 0 and mjm.jnt_type[j] not in (HINGE, SLIDE):
           return "joint equalities of ball or free joints"
   limits = constraints_on and not off & dsbl.mjDSBL_LIMIT and mjm.jnt_limited.any()
   friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and mjm.dof_frictionloss.any()
   if limits:
     for j in np.flatnonzero(mjm.jnt_limited):
-      if mjm.jnt_type[j] not in (_HINGE, _SLIDE):
+      if mjm.jnt_type[j] not in (HINGE, SLIDE):
         return f"limits of ball joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
   equality = constraints_on and not off & dsbl.mjDSBL_EQUALITY and mjm.neq
   if limits or friction or equality:
@@ -118,7 +119,7 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       if why:
         return f"sensor {_name(mjm, mujoco.mjtObj.mjOBJ_SENSOR, i)} ({why})"
   if not off & dsbl.mjDSBL_SPRING:
-    rot = np.isin(mjm.jnt_type, (_FREE, _BALL))
+    rot = np.isin(mjm.jnt_type, (FREE, BALL))
     if (mjm.jnt_stiffness[rot] != 0).any():
       return "springs on ball or free joints"
   if (mjm.body_gravcomp != 0).any():
@@ -134,7 +135,7 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
     name = _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
     trn = int(mjm.actuator_trntype[i])
     scalar = trn in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)) and \
-      mjm.jnt_type[mjm.actuator_trnid[i, 0]] in (_SLIDE, _HINGE)
+      mjm.jnt_type[mjm.actuator_trnid[i, 0]] in (SLIDE, HINGE)
     motor = trn == int(mujoco.mjtTrn.mjTRN_JOINT) and mjm.actuator_gaintype[i] == _GAIN_FIXED and \
       mjm.actuator_biastype[i] == _BIAS_NONE
     if not scalar and not motor:
@@ -158,7 +159,7 @@ def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
     return f"type {mujoco.mjtSensor(typ).name[7:].lower()}"
   if mjm.sensor_refid[i] >= 0:
     return "a reference frame"
-  if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (_HINGE, _SLIDE):
+  if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (HINGE, SLIDE):
     return "a ball or free joint"
   if typ in (_SENS_FRAMEPOS, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS,
              _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE):
@@ -298,7 +299,7 @@ def _kinematics(
     jntnum = body_jntnum[b]
     free = int(0)
     if jntnum == 1:
-      free = int(jnt_type[jntadr] == _FREE)
+      free = int(jnt_type[jntadr] == FREE)
     if free != 0:
       qadr = jnt_qposadr[jntadr]
       fpos = wp.vec3(qpos[w, qadr], qpos[w, qadr + 1], qpos[w, qadr + 2])
@@ -326,13 +327,13 @@ def _kinematics(
         axis = _rot_vec_quat(ax, pquat)
         npos = ppos
         nquat = pquat
-        if typ == _BALL:
+        if typ == BALL:
           qloc = _normalize_quat(wp.quat(qpos[w, qadr], qpos[w, qadr + 1], qpos[w, qadr + 2], qpos[w, qadr + 3]))
           nquat = _mul_quat(pquat, qloc)
           npos = anchor - _rot_vec_quat(jp, nquat)
-        elif typ == _SLIDE:
+        elif typ == SLIDE:
           npos = ppos + axis * (qpos[w, qadr] - qpos0[w % qpos0.shape[0], qadr])
-        elif typ == _HINGE:
+        elif typ == HINGE:
           nquat = _mul_quat(pquat, _axis_angle_quat(ax, qpos[w, qadr] - qpos0[w % qpos0.shape[0], qadr]))
           npos = anchor - _rot_vec_quat(jp, nquat)
         jpos_out[w, j] = npos
@@ -460,18 +461,18 @@ def _cdof(
   axis = xaxis[w, j]
   rot = wp.transpose(xmat[w, b])
   offset = com[w, body_rootid[b]] - xanchor[w, j]
-  if typ == _FREE:
+  if typ == FREE:
     cdof_out[w, d + 0] = wp.spatial_vector(0.0, 0.0, 0.0, 1.0, 0.0, 0.0)
     cdof_out[w, d + 1] = wp.spatial_vector(0.0, 0.0, 0.0, 0.0, 1.0, 0.0)
     cdof_out[w, d + 2] = wp.spatial_vector(0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
     cdof_out[w, d + 3] = wp.spatial_vector(rot[0], wp.cross(rot[0], offset))
     cdof_out[w, d + 4] = wp.spatial_vector(rot[1], wp.cross(rot[1], offset))
     cdof_out[w, d + 5] = wp.spatial_vector(rot[2], wp.cross(rot[2], offset))
-  elif typ == _BALL:
+  elif typ == BALL:
     cdof_out[w, d + 0] = wp.spatial_vector(rot[0], wp.cross(rot[0], offset))
     cdof_out[w, d + 1] = wp.spatial_vector(rot[1], wp.cross(rot[1], offset))
     cdof_out[w, d + 2] = wp.spatial_vector(rot[2], wp.cross(rot[2], offset))
-  elif typ == _SLIDE:
+  elif typ == SLIDE:
     cdof_out[w, d] = wp.spatial_vector(wp.vec3(0.0), axis)
   else:
     cdof_out[w, d] = wp.spatial_vector(axis, wp.cross(axis, offset))
@@ -612,12 +613,12 @@ def _passive(
   typ = jnt_type[j]
   d = jnt_dofadr[j]
   drow = w % dof_damping.shape[0]
-  if typ == _HINGE or typ == _SLIDE:
+  if typ == HINGE or typ == SLIDE:
     qadr = jnt_qposadr[j]
     stiffness = jnt_stiffness[w % jnt_stiffness.shape[0], j]
     spring = -stiffness * (qpos[w, qadr] - qpos_spring[w % qpos_spring.shape[0], qadr])
     qfrc_out[w, d] = spring * spring_on - damper_on * dof_damping[drow, d] * qvel[w, d]
-  elif typ == _BALL:
+  elif typ == BALL:
     for i in range(3):
       qfrc_out[w, d + i] = -damper_on * dof_damping[drow, d + i] * qvel[w, d + i]
   else:
@@ -691,7 +692,7 @@ def _actuation(
   typ = jnt_type[jnt]
   length = float(0.0)
   velocity = float(0.0)
-  if typ == _HINGE or typ == _SLIDE:
+  if typ == HINGE or typ == SLIDE:
     length = gear * qpos[w, jnt_qposadr[jnt]]
     velocity = gear * qvel[w, d]
   gainprm = actuator_gainprm[w % actuator_gainprm.shape[0], u]
@@ -707,9 +708,9 @@ def _actuation(
     r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
     force = wp.clamp(force, r[0], r[1])
   force_out[w, u] = force
-  if typ == _HINGE or typ == _SLIDE:
+  if typ == HINGE or typ == SLIDE:
     wp.atomic_add(qfrc_out, w, d, gear * force)
-  elif typ == _BALL:
+  elif typ == BALL:
     for i in range(3):
       wp.atomic_add(qfrc_out, w, d + i, gears[i] * force)
   else:
@@ -756,7 +757,7 @@ def _actuator_velocity_diag(
   w, u = wp.tid()
   jnt = actuator_trnid[u][0]
   typ = jnt_type[jnt]
-  if typ == _HINGE or typ == _SLIDE:
+  if typ == HINGE or typ == SLIDE:
     gain = float(0.0)
     if actuator_gaintype[u] == _GAIN_AFFINE:
       gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
@@ -1253,12 +1254,12 @@ def _integrator_vjp(
   for j in range(jnt_type.shape[0]):
     typ = jnt_type[j]
     d = jnt_dofadr[j]
-    if typ == _HINGE or typ == _SLIDE:
+    if typ == HINGE or typ == SLIDE:
       lam_q_out[w, d] = lam[w, k + 1, d]
       lam_v_out[w, d] = lam[w, k + 1, nv + d] + h * lam[w, k + 1, d]
     else:
       r = d
-      if typ == _FREE:
+      if typ == FREE:
         for i in range(3):
           lam_q_out[w, d + i] = lam[w, k + 1, d + i]
           lam_v_out[w, d + i] = lam[w, k + 1, nv + d + i] + h * lam[w, k + 1, d + i]
@@ -1419,10 +1420,10 @@ def _assemble(
     typ = jnt_type[j]
     qadr = jnt_qposadr[j]
     d = jnt_dofadr[j]
-    if typ == _HINGE or typ == _SLIDE:
+    if typ == HINGE or typ == SLIDE:
       lam_out[w, k, d] = qpos_grad[w, k, qadr] + qpos_k_grad[w, qadr] + step * lam_q[w, d]
     else:
-      if typ == _FREE:
+      if typ == FREE:
         for i in range(3):
           lam_out[w, k, d + i] = qpos_grad[w, k, qadr + i] + qpos_k_grad[w, qadr + i] + step * lam_q[w, d + i]
         qadr += 3
@@ -1491,11 +1492,11 @@ def _tables(mjm: mujoco.MjModel):
     before = list(anc_dofs)
     for j in range(mjm.body_jntadr[b], mjm.body_jntadr[b] + mjm.body_jntnum[b]):
       adr = mjm.jnt_dofadr[j]
-      if mjm.jnt_type[j] == _FREE:
+      if mjm.jnt_type[j] == FREE:
         still[adr:adr + 3] = 1
         dof_pre += [(adr + 3 + i, d) for i in range(3) for d in before + [adr, adr + 1, adr + 2]]
         before += list(range(adr, adr + 6))
-      elif mjm.jnt_type[j] == _BALL:
+      elif mjm.jnt_type[j] == BALL:
         dof_pre += [(adr + i, d) for i in range(3) for d in before]
         before += list(range(adr, adr + 3))
       else:
@@ -1555,7 +1556,7 @@ class AnalyticStep:
     self.nparam = layout.nparam
     self.nlane = 1
     self._built_for = None
-    self._build()
+    self.rebuild()
 
   # -- forward ----------------------------------------------------------------------------------
 
@@ -1581,7 +1582,7 @@ class AnalyticStep:
 
   # -- backward ---------------------------------------------------------------------------------
 
-  def _build(self) -> None:
+  def rebuild(self) -> None:
     """Allocates the replay's arrays and records its launches (again when a parameter field was
     reallocated with more rows)."""
     s, mjm, m = self.scene, self.scene.mjm, self.scene.model
@@ -1612,7 +1613,7 @@ class AnalyticStep:
     else:
       self.h_damp = 0.0 if off & (dsbl.mjDSBL_EULERDAMP | dsbl.mjDSBL_DAMPER) else h
     constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
-    limited = [j for j in range(nj) if mjm.jnt_limited[j] and mjm.jnt_type[j] in (_HINGE, _SLIDE)]
+    limited = [j for j in range(nj) if mjm.jnt_limited[j] and mjm.jnt_type[j] in (HINGE, SLIDE)]
     if not constraints_on or off & dsbl.mjDSBL_LIMIT:
       limited = []
     friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and bool(mjm.dof_frictionloss.any())
@@ -1776,7 +1777,7 @@ class AnalyticStep:
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints
     to `ctrl_grad` `(nworld, nstep, nu)` and parameter adjoints to each `Param.value.grad`."""
-    self._build()
+    self.rebuild()
     s, P = self.scene, self.program
     n, G = s.nworld, self.program.grads
     for g in self._field_grads:
@@ -1806,10 +1807,10 @@ class AnalyticStep:
                 inputs=[s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, k, kc, int(with_step), traj.qpos, traj.qpos.grad,
                         traj.qvel.grad, traj.act.grad] + self._leaves + [self.lam_q, self.lam_v],
                 outputs=[lam, ctrl_grad])
-    for p, (cols, tie), g in zip(self.layout.params, self.layout._cols, self._param_grads):
-      wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[_flat(g, p.width), cols, 1.0],
+    for p, (cols, tie), g in zip(self.layout.params, self.layout.columns, self._param_grads):
+      wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[flat_rows(g, p.width), cols, 1.0],
                 outputs=[p.value.grad])
       if tie is not None:
         tg = G[id(s.model.actuator_biasprm)]
-        wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[_flat(tg, 10), tie, -1.0],
+        wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[flat_rows(tg, 10), tie, -1.0],
                   outputs=[p.value.grad])

@@ -101,15 +101,16 @@ def _add_sysid(sub) -> None:
                  help="residual weight: qpos, qvel, sensordata, qpos:<joint>, qvel:<joint>, sensor:<name>")
   p.add_argument("--no-normalize", action="store_true",
                  help="do not divide each signal by its spread (weights then carry the units)")
-  p.add_argument("--solver", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
+  p.add_argument("--method", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
   p.add_argument("--jacobian", choices=("auto", "forward", "directional"), default="auto",
                  help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
                       "parameter (faster with few parameters, less precise on constrained models); auto (default): "
                       "forward, taking directional's step where that lowers the cost further (recordings that reach "
                       "joint limits or make contact). Where trajectories cross such switches, each checks the "
                       "other's convergence")
-  p.add_argument("--iters", type=int, default=30, help="maximum iterations (default 30)")
-  p.add_argument("--lr", type=float, default=None, help="Adam step, relative to each parameter (default 0.05)")
+  p.add_argument("--maxiter", type=int, default=30, help="maximum iterations (default 30)")
+  p.add_argument("--lr", type=float, default=None,
+                 help="Adam step, relative to each parameter (default 0.05; options={'lr': ...})")
   p.add_argument("--shooting", type=int, default=None, metavar="K",
                  help="multiple shooting: restart from the measured state every K samples")
   p.add_argument("--starts", type=int, default=1, help="initial guesses solved in parallel worlds (default 1)")
@@ -130,6 +131,10 @@ def _add_sysid(sub) -> None:
   p.add_argument("--calibration", default=None, metavar="FILE",
                  help="LeRobot datasets: the arm's calibration, calibration/robots/<robot_type>/<id>.json")
   p.add_argument("--device", default=None, help="Warp device: cpu, cuda, cuda:N (default: cuda if available)")
+  p.add_argument("--workers", type=int, default=None, metavar="N",
+                 help='split the recordings between N Ray workers (pip install "diffsim[ray]"; default: one process)')
+  p.add_argument("--address", default=None, metavar="HOST:PORT",
+                 help="join the Ray cluster at HOST:PORT (`ray start --head` prints it) instead of a local one")
   p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
   p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
   p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -141,11 +146,11 @@ def _run_sysid(args) -> int:
   from . import data as _data
   from . import sysid
 
-  if args.iters < 0 or args.starts < 1:
-    print("diffsim sysid: error: --iters must be >= 0 and --starts >= 1", file=sys.stderr)
+  if args.maxiter < 0 or args.starts < 1:
+    print("diffsim sysid: error: --maxiter must be >= 0 and --starts >= 1", file=sys.stderr)
     return 2
-  if args.lr is not None and args.solver != "adam":
-    print("diffsim sysid: error: --lr is Adam's step size; add --solver adam, or drop --lr", file=sys.stderr)
+  if args.lr is not None and args.method != "adam":
+    print("diffsim sysid: error: --lr is Adam's step size; add --method adam, or drop --lr", file=sys.stderr)
     return 2
   datasets = [d for d in args.data if os.path.isdir(d)]
   lerobot_opts = [o for o, v in (("--episodes", args.episodes), ("--units", args.units),
@@ -183,13 +188,13 @@ def _run_sysid(args) -> int:
         wp.config.log_level = wp.LOG_WARNING  # keep stdout for the summary: no init banner, no module logs
       res = sysid.identify(
         args.model, data, args.params, bounds=dict(args.bounds), weights=dict(args.weight),
-        normalize=not args.no_normalize, solver=args.solver, jacobian=args.jacobian, iters=args.iters,
-        **({} if args.lr is None else {"lr": args.lr}), shooting=args.shooting,
+        normalize=not args.no_normalize, method=args.method, jacobian=args.jacobian, maxiter=args.maxiter,
+        options=None if args.lr is None else {"lr": args.lr}, shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample,
         max_steps_per_sample=limit, fit_qpos0=args.fit_qpos0, device=args.device,
-        out=args.out, plots=not args.no_plots, progress=not args.quiet)
+        out=args.out, plots=not args.no_plots, progress=not args.quiet, workers=args.workers, address=args.address)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,
-          NotImplementedError, FloatingPointError) as e:
+          NotImplementedError, FloatingPointError, ImportError, ConnectionError) as e:
     msg = e.args[0] if isinstance(e, KeyError) and e.args else e
     for m in _data.group_messages(str(w.message) for w in caught
                                   if not issubclass(w.category, sysid.IdentifiabilityWarning)):

@@ -71,16 +71,18 @@ from dataclasses import dataclass, replace
 import mujoco
 import numpy as np
 
+from . import joints
+
 __all__ = ["Recording", "DataError", "load", "load_npz", "load_csv", "load_lerobot", "save_npz", "save_csv",
            "validate", "resample", "sim_steps", "clock_drift", "group_messages", "simulate", "estimate_qvel",
            "MAX_STEPS_PER_SAMPLE",
            "initial_state_warning"]
 
 _KINDS = ("qpos", "qvel", "sensordata")  # measured signals, in residual order
-_TIME_RTOL = 1e-4  # sample times may deviate from the dt grid by this fraction of dt (float round-off)
+TIME_RTOL = 1e-4  # sample times may deviate from the dt grid by this fraction of dt (float round-off)
 # A sample interval may differ from a whole number n of steps by this fraction of n dt: a timestep written
 # with six digits (1/480 s as 0.00208333) is 2e-7 relative off, 16 of its steps against 1/30 s 1.6e-6.
-_PERIOD_RTOL = 1e-5
+PERIOD_RTOL = 1e-5
 # `resample` takes a new sample time this close to an original one (fraction of the new period) as that sample
 _SNAP_RTOL = 1e-2
 # Largest plausible magnitude of any recorded value in SI units (float32 resolves 1e-7 of it)
@@ -300,7 +302,7 @@ def sim_steps(time: np.ndarray, dt: float, *, source: str = "recording") -> np.n
   time = np.asarray(time, dtype=np.float64)
   rel = np.diff(time) / dt
   steps = np.rint(rel)
-  bad = (np.abs(rel - steps) > np.maximum(_TIME_RTOL, _PERIOD_RTOL * steps)) | (steps < 1)
+  bad = (np.abs(rel - steps) > np.maximum(TIME_RTOL, PERIOD_RTOL * steps)) | (steps < 1)
   n = np.concatenate([[0], np.cumsum(steps)]).astype(np.int64)
   if bad.any():
     i = int(np.argmax(bad)) + 1
@@ -337,7 +339,7 @@ def _drift_warning(rec: Recording, dt: float) -> str | None:
   """
   drift = clock_drift(rec.time, dt)
   i = int(np.argmax(np.abs(drift)))
-  if abs(drift[i]) <= _TIME_RTOL * dt:
+  if abs(drift[i]) <= TIME_RTOL * dt:
     return None
   steps = sim_steps(rec.time, dt)
   per = steps[i] / i
@@ -435,14 +437,14 @@ def validate(rec: Recording, mjm: mujoco.MjModel | None = None, *, resample_to_g
 # -- files ------------------------------------------------------------------------------------------
 
 
-def _model(model) -> mujoco.MjModel | None:
+def as_mjmodel(model) -> mujoco.MjModel | None:
   if model is None or isinstance(model, mujoco.MjModel):
     return model
   if hasattr(model, "mjm"):  # a Scene
     return model.mjm
-  from .scene import _load_mjmodel
+  from .scene import load_mjmodel
 
-  return _load_mjmodel(model)
+  return load_mjmodel(model)
 
 
 def load(path, model=None, *, resample_to_grid: bool = False,
@@ -459,7 +461,7 @@ def load(path, model=None, *, resample_to_grid: bool = False,
   Returns:
     A list of `Recording`s.
   """
-  mjm = _model(model)
+  mjm = as_mjmodel(model)
   path = os.fspath(path)
   if not os.path.exists(path):
     raise FileNotFoundError(f"recorded data not found: {path!r}")
@@ -519,7 +521,7 @@ def load_npz(path) -> list[Recording]:
   return recs
 
 
-def _atomic_write(path: str, write) -> None:
+def atomic_write(path: str, write) -> None:
   """Writes through a temporary file in the same folder, then renames: never leaves a partial file."""
   path = os.fspath(path)
   folder = os.path.dirname(os.path.abspath(path))
@@ -555,7 +557,7 @@ def save_npz(path, recordings) -> None:
     arrays = {k: np.stack([getattr(r, k) for r in recs]) for k in keys}
   if recs[0].sensor_mask is not None:
     arrays["sensor_mask"] = recs[0].sensor_mask
-  _atomic_write(path, lambda f: np.savez(f, **arrays))
+  atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def _columns(mjm: mujoco.MjModel) -> dict[str, tuple[str, int]]:
@@ -570,8 +572,7 @@ def _columns(mjm: mujoco.MjModel) -> dict[str, tuple[str, int]]:
         cols[key] = (kind, start + i)
       bare.setdefault(name + (f"[{i}]" if size > 1 else ""), []).append((kind, start + i))
 
-  nq_j = {0: 7, 1: 4, 2: 1, 3: 1}
-  nv_j = {0: 6, 1: 3, 2: 1, 3: 1}
+  nq_j, nv_j = joints.QPOS_WIDTH, joints.DOF_WIDTH
   for j in range(mjm.njnt):
     name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j)
     if name:
@@ -688,8 +689,7 @@ def save_csv(path, rec: Recording, mjm: mujoco.MjModel) -> None:
         header.append(f"{prefix}:{nm}" + (f"[{i}]" if size(e) > 1 else "") if nm else f"{kind}[{adr(e) + i}]")
         columns.append(values[:, adr(e) + i])
 
-  nq_j = {0: 7, 1: 4, 2: 1, 3: 1}
-  nv_j = {0: 6, 1: 3, 2: 1, 3: 1}
+  nq_j, nv_j = joints.QPOS_WIDTH, joints.DOF_WIDTH
   J = mujoco.mjtObj.mjOBJ_JOINT
   if rec.ctrl is not None:
     add("ctrl", "ctrl", mujoco.mjtObj.mjOBJ_ACTUATOR, range(mjm.nu), lambda e: e, lambda e: 1, rec.ctrl)
@@ -709,7 +709,7 @@ def save_csv(path, rec: Recording, mjm: mujoco.MjModel) -> None:
     f.write((",".join(header) + "\n").encode())
     np.savetxt(f, table, delimiter=",", fmt="%.17g")
 
-  _atomic_write(path, write)
+  atomic_write(path, write)
 
 
 def initial_state_warning(rec: Recording) -> str | None:
@@ -732,20 +732,6 @@ def initial_state_warning(rec: Recording) -> str | None:
 
 
 # -- resampling and estimation ----------------------------------------------------------------------
-
-
-def _quat_blocks(mjm) -> list[int]:
-  """qpos addresses of every quaternion (ball joints, and the rotation of free joints)."""
-  adrs = []
-  if mjm is None:
-    return adrs
-  for j in range(mjm.njnt):
-    t = int(mjm.jnt_type[j])
-    if t == 0:
-      adrs.append(int(mjm.jnt_qposadr[j]) + 3)
-    elif t == 1:
-      adrs.append(int(mjm.jnt_qposadr[j]))
-  return adrs
 
 
 def resample(rec: Recording, period: float, *, mjm: mujoco.MjModel | None = None) -> Recording:
@@ -779,7 +765,7 @@ def resample(rec: Recording, period: float, *, mjm: mujoco.MjModel | None = None
 
   qpos = interp(rec.qpos)
   if qpos is not None:
-    for adr in _quat_blocks(mjm):
+    for adr in ([] if mjm is None else joints.quat_addresses(mjm)):
       q = qpos[:, adr:adr + 4]
       qpos[:, adr:adr + 4] = q / np.linalg.norm(q, axis=1, keepdims=True)
   ctrl = None
@@ -834,9 +820,9 @@ def simulate(model, ctrl, *, qpos0=None, qvel0=None, substeps: int = 1, noise: d
   Returns:
     A `Recording` with `T` rows.
   """
-  from .scene import _load_mjmodel
+  from .scene import load_mjmodel
 
-  mjm = _load_mjmodel(model)
+  mjm = load_mjmodel(model)
   ctrl = np.asarray(ctrl, dtype=np.float64)
   if ctrl.ndim != 2 or ctrl.shape[1] != mjm.nu:
     raise ValueError(f"ctrl must have shape (T, nu={mjm.nu}), got {ctrl.shape}")

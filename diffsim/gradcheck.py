@@ -18,6 +18,7 @@ import mujoco
 import numpy as np
 import warp as wp
 
+from . import joints
 from .params import Param
 from .rollout import rollout
 
@@ -246,8 +247,8 @@ def _project_quats(mjm: mujoco.MjModel, qpos: np.ndarray, g: np.ndarray) -> np.n
   g = g.copy()
   for j in range(mjm.njnt):
     typ = int(mjm.jnt_type[j])
-    if typ in (int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)):
-      a = mjm.jnt_qposadr[j] + (3 if typ == int(mujoco.mjtJoint.mjJNT_FREE) else 0)
+    if typ in (joints.FREE, joints.BALL):
+      a = mjm.jnt_qposadr[j] + (3 if typ == joints.FREE else 0)
       q = qpos[a:a + 4] / np.linalg.norm(qpos[a:a + 4])
       g[a:a + 4] -= np.dot(g[a:a + 4], q) * q
   return g

@@ -203,8 +203,7 @@ def _rollout_function():
       outs = tuple(wp.to_torch(a, requires_grad=False) for a in (traj.qpos, traj.qvel, traj.sensordata))
       if isinstance(runner, Rollout):
         # its buffers are rewritten by the next call: hand out copies, and remember which call this was
-        runner._torch_calls = getattr(runner, "_torch_calls", 0) + 1
-        ctx.call = runner._torch_calls
+        ctx.call = runner.ncall
         outs = tuple(o.clone() for o in outs)
       else:
         # the outputs alias this call's trajectory, which the backward reads (quaternions): torch
@@ -220,7 +219,7 @@ def _rollout_function():
         return (None,) * 5
       ctx.saved_tensors  # raises if an output the backward reads was modified in place
       runner, traj = ctx.runner, ctx.traj
-      if isinstance(runner, Rollout) and getattr(runner, "_torch_calls", 0) != ctx.call:
+      if isinstance(runner, Rollout) and runner.ncall != ctx.call:
         raise RuntimeError("this Rollout ran again after the forward pass being differentiated, overwriting its "
                            "Jacobians; call backward before the next call, or pass the Scene (fresh buffers per call)")
       dev = traj.qpos.device

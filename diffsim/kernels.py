@@ -4,61 +4,15 @@
 ballistic flight launched from a rollout's sensor values (e.g. a site's position and velocity at
 release) back-propagates into the rollout's controls.
 
-Also the quaternion helpers used to perturb and difference `qpos` in the tangent space, matching
-MuJoCo's `mju_quatIntegrate` and `mju_subQuat`, and the pieces of a rollout that custom loops reuse:
-`init_state` (trajectory row 0 from initial states) and `tangent_grad` (a `qpos` gradient mapped to
-the tangent space of the joints).
+Also `init_state` (trajectory row 0 from initial states), which custom rollout loops reuse. The
+tangent-space maths of `qpos` (quaternion steps and differences) lives in `diffsim.joints`.
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-__all__ = ["integrate_gravity", "ballistic", "quat_integrate", "quat_sub", "init_state", "tangent_grad"]
-
-_FREE, _BALL = 0, 1  # mjtJoint
-
-
-@wp.func
-def quat_integrate(q: wp.quat, v: wp.vec3) -> wp.quat:
-  """`q * exp(v / 2)` with `q` in MuJoCo's (w, x, y, z) order stored as a Warp quat (x, y, z, w).
-
-  Matches `mju_quatIntegrate(q, v, 1)`: `v` is a rotation vector in the local frame.
-  """
-  angle = wp.length(v)
-  dq = wp.quat_identity()
-  if angle > 0.0:
-    dq = wp.quat_from_axis_angle(v / angle, angle)
-  return wp.normalize(q * dq)
-
-
-@wp.func
-def quat_sub(qa: wp.quat, qb: wp.quat) -> wp.vec3:
-  """Rotation vector `v` with `qb * exp(v / 2) = qa`, as `mju_subQuat(v, qa, qb)`."""
-  dq = wp.quat_inverse(qb) * qa
-  xyz = wp.vec3(dq[0], dq[1], dq[2])
-  s = wp.length(xyz)
-  if s == 0.0:
-    return wp.vec3(0.0)
-  angle = 2.0 * wp.atan2(s, dq[3])
-  if angle > wp.pi:
-    angle -= 2.0 * wp.pi
-  return xyz * (angle / s)
-
-
-@wp.func
-def load_quat(a: wp.array2d[float], row: int, adr: int) -> wp.quat:
-  """MuJoCo (w, x, y, z) at `a[row, adr:adr+4]` as a Warp quat."""
-  return wp.quat(a[row, adr + 1], a[row, adr + 2], a[row, adr + 3], a[row, adr + 0])
-
-
-@wp.func
-def store_quat(a: wp.array2d[float], row: int, adr: int, q: wp.quat):
-  a[row, adr + 0] = q[3]
-  a[row, adr + 1] = q[0]
-  a[row, adr + 2] = q[1]
-  a[row, adr + 3] = q[2]
-
+__all__ = ["integrate_gravity", "ballistic", "init_state"]
 
 @wp.kernel
 def init_state(
@@ -80,30 +34,6 @@ def init_state(
     warm_out[w, i] = 0.0
   for i in range(act_out.shape[2]):
     act_out[w, 0, i] = act0[w % act0.shape[0], i]
-
-
-@wp.func
-def tangent_grad(
-  c: int, w: int, k: int,
-  jnt_type: wp.array[int], jnt_qposadr: wp.array[int], jnt_dofadr: wp.array[int], dof_jntid: wp.array[int],
-  qpos: wp.array3d[float], qpos_grad: wp.array3d[float],
-) -> float:
-  """dL/d(tangent dof c) from dL/dqpos: for quaternions `0.5 Im(conj(q) * g)` (`dq = 0.5 q * (0, v)`)."""
-  j = dof_jntid[c]
-  typ = jnt_type[j]
-  qadr = jnt_qposadr[j]
-  i = c - jnt_dofadr[j]
-  if typ == _FREE:
-    if i < 3:
-      return qpos_grad[w, k, qadr + i]
-    qadr += 3
-    i -= 3
-  elif typ != _BALL:
-    return qpos_grad[w, k, qadr + i]
-  q = wp.quat(qpos[w, k, qadr + 1], qpos[w, k, qadr + 2], qpos[w, k, qadr + 3], qpos[w, k, qadr])
-  g = wp.quat(qpos_grad[w, k, qadr + 1], qpos_grad[w, k, qadr + 2], qpos_grad[w, k, qadr + 3], qpos_grad[w, k, qadr])
-  r = wp.quat_inverse(q) * g
-  return 0.5 * r[i]
 
 
 @wp.kernel

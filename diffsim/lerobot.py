@@ -67,7 +67,7 @@ from typing import Mapping
 import mujoco
 import numpy as np
 
-from .data import MAX_STEPS_PER_SAMPLE, DataError, Recording, _atomic_write, _model, _PERIOD_RTOL, _TIME_RTOL, \
+from .data import MAX_STEPS_PER_SAMPLE, DataError, Recording, atomic_write, as_mjmodel, PERIOD_RTOL, TIME_RTOL, \
   group_messages, validate
 
 __all__ = ["load_lerobot", "save_lerobot", "is_lerobot_dataset", "SO_MOTORS", "TICKS_PER_TURN"]
@@ -517,7 +517,7 @@ def _on_model_steps(ds: _Dataset, times: list[np.ndarray], dt: float) -> tuple[l
   period = 1.0 / ds.fps
   steps = period / dt
   n = round(steps)
-  if n >= 1 and abs(steps - n) <= max(_TIME_RTOL, _PERIOD_RTOL * n):
+  if n >= 1 and abs(steps - n) <= max(TIME_RTOL, PERIOD_RTOL * n):
     return times, None  # validate states any drift of the model's clock
   if steps < 1.0:
     raise DataError(f"{ds.name}: frames at {ds.fps:g} fps ({period:.6g} s) are closer than one model step "
@@ -573,7 +573,7 @@ def load_lerobot(path, model=None, *, episodes=None, units: str | None = None, c
   root = os.fspath(path)
   if not os.path.exists(root):
     raise FileNotFoundError(f"LeRobot dataset not found: {root!r}")
-  mjm = _model(model if model is not None else asset_path("so101", "so101_new_calib.xml"))
+  mjm = as_mjmodel(model if model is not None else asset_path("so101", "so101_new_calib.xml"))
   ds = _Dataset(root)
   selected = ds.select(episodes)
   if ds.names["observation.state"] != ds.names["action"]:
@@ -667,11 +667,11 @@ def save_lerobot(path, recordings, model=None, *, version: str = "v3.0", units: 
   recs = [recordings] if isinstance(recordings, Recording) else list(recordings)
   if not recs or any(r.qpos is None or r.ctrl is None for r in recs):
     raise ValueError("save_lerobot needs recordings with qpos and ctrl")
-  mjm = _model(model if model is not None else asset_path("so101", "so101_new_calib.xml"))
+  mjm = as_mjmodel(model if model is not None else asset_path("so101", "so101_new_calib.xml"))
   periods = np.concatenate([np.diff(r.time) for r in recs])
   if fps is None:
     fps = float(round(1.0 / float(np.median(periods))))
-  if np.abs(periods * fps - 1.0).max() > _PERIOD_RTOL:
+  if np.abs(periods * fps - 1.0).max() > PERIOD_RTOL:
     raise ValueError(f"recordings must be sampled at 1 / fps = {1.0 / fps:.9g} s; resample them first")
   motors = list(SO_MOTORS) if joint_map is None else [_motor(m) for m in joint_map]
   rows = _mapping(mjm, motors, joint_map, "the dataset")
@@ -730,7 +730,7 @@ def save_lerobot(path, recordings, model=None, *, version: str = "v3.0", units: 
         buf = io.BytesIO()
         pq.write_table(payload, buf)
         data = buf.getvalue()
-      _atomic_write(full, lambda f: f.write(data))
+      atomic_write(full, lambda f: f.write(data))
 
     feats = {
       "action": {"dtype": "float32", "shape": [nm], "names": names},

@@ -26,6 +26,7 @@ import mujoco
 import numpy as np
 import warp as wp
 
+from . import joints
 from .scene import UnknownNameError
 
 __all__ = ["CostTerm", "QposCost", "QvelCost", "SensorCost", "SiteCost", "CtrlCost", "CtrlRateCost", "KernelCost",
@@ -33,8 +34,7 @@ __all__ = ["CostTerm", "QposCost", "QvelCost", "SensorCost", "SiteCost", "CtrlCo
 
 # residual kinds of a channel (one scalar residual per row)
 QPOS, QVEL, SENSOR, CTRL, CTRL_RATE = 0, 1, 2, 3, 4
-_HINGE_SLIDE = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
-_NDOF = {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}
+_HINGE_SLIDE = (joints.HINGE, joints.SLIDE)
 
 
 class _Channels:
@@ -171,7 +171,7 @@ class QvelCost(_StateTerm):
     dofs = []
     for j in _joint_ids(scene, self.joints, "QvelCost"):
       adr = int(mjm.jnt_dofadr[j])
-      dofs.extend(range(adr, adr + _NDOF.get(int(mjm.jnt_type[j]), 1)))
+      dofs.extend(range(adr, adr + joints.DOF_WIDTH[int(mjm.jnt_type[j])]))
     if not dofs:
       raise ValueError("QvelCost: the model has no joint")
     return self._channels(scene, nstep, QVEL, dofs, [scene.nv + d for d in dofs])

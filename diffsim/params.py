@@ -21,11 +21,12 @@ import mujoco
 import numpy as np
 import warp as wp
 
-from .scene import UnknownNameError
+from . import joints
+from .scene import UnknownNameError, name2id
 
 __all__ = ["Param", "ParamLayout", "FIELD_DOCS"]
 
-_OBJ = {
+OBJECT_TYPES = {
   "nbody": mujoco.mjtObj.mjOBJ_BODY,
   "njnt": mujoco.mjtObj.mjOBJ_JOINT,
   "nv": mujoco.mjtObj.mjOBJ_JOINT,  # dof fields are named by their joint
@@ -56,7 +57,7 @@ _DEFAULT_COMPONENTS = {
   "pair_friction": [0],
 }
 # Quantities that must stay positive get a positive lower bound by default.
-_POSITIVE = {"body_mass", "body_inertia", "dof_armature", "dof_damping", "dof_frictionloss", "jnt_stiffness",
+POSITIVE_FIELDS = {"body_mass", "body_inertia", "dof_armature", "dof_damping", "dof_frictionloss", "jnt_stiffness",
              "geom_friction", "actuator_gainprm", "tendon_stiffness", "tendon_damping", "tendon_armature",
              "opt.density", "opt.viscosity"}
 
@@ -95,7 +96,7 @@ def _field_spec(field: str):
     raise ValueError(f"parameter field {field!r} has dtype {dtype.__name__}, which diffsim cannot perturb")
   if len(shape) == 1:
     return dtype, None, width
-  if len(shape) != 2 or shape[1] not in _OBJ:
+  if len(shape) != 2 or shape[1] not in OBJECT_TYPES:
     raise ValueError(f"parameter field {field!r} has shape {shape}, which diffsim does not support. {FIELD_DOCS}")
   return dtype, shape[1], width
 
@@ -151,7 +152,7 @@ class Param:
       field, element = field.split(":", 1)
     self.field = field
     self.element = element
-    self.dtype, self._elem_size, self.width = _field_spec(field)
+    self.dtype, self.element_size, self.width = _field_spec(field)
     if components is None:
       components = _DEFAULT_COMPONENTS.get(field, list(range(self.width)))
     components = [int(c) for c in np.atleast_1d(components)]
@@ -159,7 +160,7 @@ class Param:
     if bad:
       raise ValueError(f"components {bad} out of range for {field!r}, which has {self.width} per element")
     self.components = components
-    self._lower, self._upper = lower, upper
+    self.bounds = (lower, upper)  # as given; None: the field's default (see `resolved_bounds`)
     self.name = name or (field if element is None else f"{field}:{element}")
     self.scene = None
     self.value: wp.array | None = None
@@ -182,35 +183,44 @@ class Param:
 
   # -- binding to a scene -------------------------------------------------------------------------
 
-  def _resolve_elements(self, scene) -> list[int]:
-    mjm = scene.mjm
-    if self._elem_size is None:
+  def resolve_elements(self, model) -> list[int]:
+    """Element ids (dof ids for dof fields) of this parameter in `model`, a `Scene` or an `MjModel`."""
+    mjm = getattr(model, "mjm", model)
+    if self.element_size is None:
       if self.element is not None:
         raise ValueError(f"{self.field!r} is a per-world option with no elements; pass element=None")
       return [0]
-    objtype = _OBJ[self._elem_size]
+    objtype = OBJECT_TYPES[self.element_size]
     count = {"nbody": mjm.nbody, "njnt": mjm.njnt, "nv": mjm.njnt, "ngeom": mjm.ngeom, "nsite": mjm.nsite,
-             "nactuator": mjm.nu, "nu": mjm.nu, "ntendon": mjm.ntendon, "npair": mjm.npair}[self._elem_size]
+             "nactuator": mjm.nu, "nu": mjm.nu, "ntendon": mjm.ntendon, "npair": mjm.npair}[self.element_size]
     items = list(range(count)) if self.element is None else list(np.atleast_1d(self.element))
     ids = []
     for it in items:
       if isinstance(it, (str, np.str_)):
-        i = scene.name2id(objtype, str(it))
+        i = name2id(mjm, objtype, str(it))
       else:
         i = int(it)
         if not 0 <= i < count:
           raise IndexError(f"{self.field!r}: element index {i} out of range [0, {count})")
       ids.append(i)
-    if self._elem_size == "nv":  # joint ids to dof ids
+    if self.element_size == "nv":  # joint ids to dof ids
       dofs = []
       for j in ids:
         adr = mjm.jnt_dofadr[j]
-        ndof = {0: 6, 1: 3}.get(int(mjm.jnt_type[j]), 1)
+        ndof = joints.DOF_WIDTH[int(mjm.jnt_type[j])]
         dofs.extend(range(adr, adr + ndof))
       ids = dofs
     if not ids:
       raise ValueError(f"{self.name!r} selects no elements in this model")
     return ids
+
+  def resolved_bounds(self) -> tuple:
+    """`(lower, upper)` as given, with the defaults filled in: `(0, inf)` for quantities that must
+    stay positive (`POSITIVE_FIELDS`), else `(-inf, inf)`. Scalars or `(dim,)` array-likes."""
+    lo, hi = self.bounds
+    if lo is None:
+      lo = 0.0 if self.field in POSITIVE_FIELDS else -np.inf
+    return lo, (np.inf if hi is None else hi)
 
   def bind(self, scene) -> "Param":
     """Resolves names against `scene` and allocates `value` `(nworld, dim)`; idempotent."""
@@ -218,14 +228,12 @@ class Param:
       return self
     if self.scene is not None and (self.scene.nworld != scene.nworld or self.scene.mjm is not scene.mjm):
       raise ValueError(f"{self.name!r} is bound to another scene; make a new Param for this one")
-    self.elements = self._resolve_elements(scene)
+    self.elements = self.resolve_elements(scene)
     row = _host_row(scene, self.field, self.width)
     nominal = np.array([row[e, c] for e in self.elements for c in self.components], dtype=np.float64)
-    positive = self.field in _POSITIVE
-    self.lower = np.broadcast_to(np.asarray(0.0 if (self._lower is None and positive) else
-                                            (-np.inf if self._lower is None else self._lower), float),
-                                 nominal.shape).copy()
-    self.upper = np.broadcast_to(np.asarray(np.inf if self._upper is None else self._upper, float), nominal.shape).copy()
+    lo, hi = self.resolved_bounds()
+    self.lower = np.broadcast_to(np.asarray(lo, float), nominal.shape).copy()
+    self.upper = np.broadcast_to(np.asarray(hi, float), nominal.shape).copy()
     if np.any(self.lower > self.upper):
       raise ValueError(f"{self.name!r}: lower bound above upper bound ({self.lower} > {self.upper})")
     if np.any((nominal < self.lower) | (nominal > self.upper)):
@@ -323,11 +331,41 @@ def _tile_row(
   rows_out[r, c] = row[0, c]
 
 
-def _flat(arr: wp.array, width: int) -> wp.array:
+def flat_rows(arr: wp.array, width: int) -> wp.array:
   """Float view `(batch, nelem * width)` of a contiguous field array (no copy)."""
   batch = arr.shape[0]
   ncol = (arr.shape[1] if arr.ndim > 1 else 1) * width
   return wp.array(ptr=arr.ptr, shape=(batch, ncol), dtype=float, device=arr.device, copy=False)
+
+
+@dataclasses.dataclass
+class ModelRows:
+  """Which model fields of one scene hold per-world (and per-lane) rows, and what they held.
+
+  MJWarp reads a batched field as `field[worldid % field.shape[0]]`; parameters tile their fields to
+  `batch` rows (worlds times lanes). Owned by this module: one per scene, from `model_rows(scene)`.
+
+  Attributes:
+    batch: rows of every batched field.
+    nominal: the MJCF row of each batched field, `(1, n)` on the host.
+    nominal_device: the same on the device, `(1, n)` floats, to restore it inside a graph.
+    applied: parameter name -> `Param` currently written into the model.
+    needs_set_const: derived constants (subtree mass, invweight0, ...) are stale.
+  """
+
+  batch: int
+  nominal: dict = dataclasses.field(default_factory=dict)
+  nominal_device: dict = dataclasses.field(default_factory=dict)
+  applied: dict = dataclasses.field(default_factory=dict)
+  needs_set_const: bool = False
+
+
+def model_rows(scene) -> ModelRows:
+  """The `ModelRows` of `scene` (made on first use: every field still has its one MJCF row)."""
+  rows = scene.memo.get("model_rows")
+  if rows is None:
+    rows = scene.memo["model_rows"] = ModelRows(batch=scene.nworld)
+  return rows
 
 
 class ParamLayout:
@@ -354,7 +392,7 @@ class ParamLayout:
     self.offsets = np.cumsum([0] + [p.dim for p in params])[:-1].astype(int)
     self.nparam = int(sum(p.dim for p in params))
     self.inertial = any(p.inertial for p in params)
-    self._cols = []
+    self.columns = []
     for p in params:
       nelem_width = p.width
       cols = np.array([e * nelem_width + c for e in p.elements for c in p.components], dtype=np.int32)
@@ -363,8 +401,9 @@ class ParamLayout:
         tie_cols = np.array([e * 10 + 1 if (e in p.tie_bias and c == 0) else -1
                              for e in p.elements for c in p.components], dtype=np.int32)
         tie = wp.array(tie_cols, dtype=int, device=scene.device)
-      self._cols.append((wp.array(cols, dtype=int, device=scene.device), tie))
-    fields = {p.field for p in params} | ({"actuator_biasprm"} if any(p.tie_bias is not None for p in params) else set())
+      self.columns.append((wp.array(cols, dtype=int, device=scene.device), tie))
+    tied = any(p.tie_bias is not None for p in params)
+    fields = {p.field for p in params} | ({"actuator_biasprm"} if tied else set())
     if self.inertial:
       fields |= set(_DERIVED)
     self.fields = fields
@@ -375,7 +414,7 @@ class ParamLayout:
     graph capture (a capture would record the allocation and its upload instead of running them)."""
     scene = self.scene
     if self.params:
-      _ensure_batched(scene, self.fields, max(scene._batch, nlane * scene.nworld))
+      _ensure_batched(scene, self.fields, max(model_rows(scene).batch, nlane * scene.nworld))
 
   def apply(self, nlane: int, lane0: int = -1, central: bool = True, eps: float = 1e-2) -> None:
     """Writes every world's (and lane's) parameter values into the model and updates constants.
@@ -387,33 +426,34 @@ class ParamLayout:
       eps: relative step, `h = eps * max(|value|, 0.01)`.
     """
     scene = self.scene
-    if not self.params and not scene._applied:
+    rows = model_rows(scene)
+    if not self.params and not rows.applied:
       return
     # rows only grow, so arrays captured in a graph stay valid; rows of lanes beyond `nlane` hold
     # world values and serve set_const, which needs one row per world of the Data it runs on
-    _ensure_batched(scene, self.fields, max(scene._batch, nlane * scene.nworld))
-    nrow = scene._batch // scene.nworld
+    _ensure_batched(scene, self.fields, max(rows.batch, nlane * scene.nworld))
+    nrow = rows.batch // scene.nworld
     _restore_unapplied(scene, self)
-    for p, off, (cols, tie) in zip(self.params, self.offsets, self._cols):
+    for p, off, (cols, tie) in zip(self.params, self.offsets, self.columns):
       lane_p = lane0 + (2 if central else 1) * int(off) if lane0 >= 0 else -1
       h = self.h[:, int(off):int(off) + p.dim]
-      flat = _flat(model_field(scene.model, p.field), p.width)
+      flat = flat_rows(model_field(scene.model, p.field), p.width)
       wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
                 inputs=[scene.nworld, p.value, cols, 1.0, lane_p, int(central), eps], outputs=[flat, h])
       if tie is not None:
-        flat = _flat(scene.model.actuator_biasprm, 10)
+        flat = flat_rows(scene.model.actuator_biasprm, 10)
         wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
                   inputs=[scene.nworld, p.value, tie, -1.0, lane_p, int(central), eps], outputs=[flat, h])
-    if self.inertial or scene._needs_set_const:
+    if self.inertial or rows.needs_set_const:
       if scene.device.is_capturing:
         # set_const allocates, so it cannot live in a graph: the caller refreshes constants eagerly
         warnings.warn("inertial parameters in a captured graph: call Rollout.update_constants() after "
                       "changing their values and before replaying the graph", stacklevel=3)
         return
       update_constants(scene, scene.data(nrow))
-      scene._needs_set_const = self.inertial
+      rows.needs_set_const = self.inertial
     for p in self.params:
-      scene._applied[p.name] = p
+      rows.applied[p.name] = p
 
 
 def update_constants(scene, data) -> None:
@@ -429,36 +469,38 @@ def update_constants(scene, data) -> None:
 
 def _ensure_batched(scene, fields, batch: int) -> None:
   """Gives each field (and every field batched before) exactly `batch` rows."""
-  todo = set(fields) | set(scene._nominal_rows)
+  rows = model_rows(scene)
+  todo = set(fields) | set(rows.nominal)
   if scene.device.is_capturing and any(model_field(scene.model, f).shape[0] != batch for f in todo):
     raise RuntimeError("a graph capture would allocate model rows for parameters: build the Rollout (or call "
                        "Rollout.update_constants()) before capturing")
-  scene._batch = batch
+  rows.batch = batch
   for f in sorted(todo):
     arr = model_field(scene.model, f)
-    if f not in scene._nominal_rows:
-      scene._nominal_rows[f] = arr.numpy()[:1].copy()
-      scene._nominal_dev[f] = wp.array(scene._nominal_rows[f].reshape(1, -1).astype(np.float32), dtype=float,
-                                       device=scene.device)
+    if f not in rows.nominal:
+      rows.nominal[f] = arr.numpy()[:1].copy()
+      rows.nominal_device[f] = wp.array(rows.nominal[f].reshape(1, -1).astype(np.float32), dtype=float,
+                                        device=scene.device)
     if arr.shape[0] == batch:
       continue
-    nominal = scene._nominal_rows[f]
+    nominal = rows.nominal[f]
     tiled = np.repeat(nominal, batch, axis=0)
     set_model_field(scene.model, f, wp.array(tiled, dtype=arr.dtype, device=scene.device))
     if f in _INERTIAL or f in _DERIVED:
-      scene._needs_set_const = True
+      rows.needs_set_const = True
 
 
 def _restore_unapplied(scene, layout: ParamLayout) -> None:
   """Resets fields of parameters applied earlier but not now to their MJCF values."""
   current = {p.name for p in layout.params}
-  stale = [name for name in scene._applied if name not in current]
+  state = model_rows(scene)
+  stale = [name for name in state.applied if name not in current]
   for name in stale:
-    p = scene._applied.pop(name)
+    p = state.applied.pop(name)
     for f in [p.field] + (["actuator_biasprm"] if p.tie_bias is not None else []):
       # a kernel, not a host upload: this can run inside a graph capture (a CUDA capture refuses uploads)
       rows = _rows(model_field(scene.model, f))
-      wp.launch(_tile_row, dim=rows.shape, device=scene.device, inputs=[scene._nominal_dev[f]], outputs=[rows])
+      wp.launch(_tile_row, dim=rows.shape, device=scene.device, inputs=[state.nominal_device[f]], outputs=[rows])
       if p.inertial:
-        scene._needs_set_const = True
+        state.needs_set_const = True
   # the inertial parameters still applied are rewritten below, so their constants are refreshed then

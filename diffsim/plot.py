@@ -12,6 +12,8 @@ import os
 import mujoco
 import numpy as np
 
+from .joints import HINGE, SLIDE
+
 __all__ = ["figure", "save_png", "sysid_plots", "plot_signals", "plot_cost", "plot_params"]
 
 
@@ -28,9 +30,9 @@ def figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, row_height: fl
 
 def save_png(fig, path, *, dpi: int = 110) -> str:
   """Saves `fig` as PNG through a temporary file and a rename (an existing file survives a failure)."""
-  from .data import _atomic_write
+  from .data import atomic_write
 
-  _atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
+  atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
   return os.fspath(path)
 
 
@@ -39,13 +41,13 @@ def _channels(mjm, rec, max_channels: int):
   out = []
   if rec.qpos is not None:
     for j in range(mjm.njnt):
-      if int(mjm.jnt_type[j]) >= 2:  # hinge/slide: qpos is the joint coordinate
+      if int(mjm.jnt_type[j]) in (HINGE, SLIDE):  # qpos is the joint coordinate
         name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint {j}"
-        unit = "rad" if int(mjm.jnt_type[j]) == 3 else "m"
+        unit = "rad" if int(mjm.jnt_type[j]) == HINGE else "m"
         out.append(("qpos", int(mjm.jnt_qposadr[j]), f"qpos {name} ({unit})"))
   if rec.qvel is not None and len(out) < max_channels:
     for j in range(mjm.njnt):
-      if int(mjm.jnt_type[j]) >= 2:
+      if int(mjm.jnt_type[j]) in (HINGE, SLIDE):
         name = mujoco.mj_id2name(mjm, mujoco.mjtObj.mjOBJ_JOINT, j) or f"joint {j}"
         out.append(("qvel", int(mjm.jnt_dofadr[j]), f"qvel {name}"))
   if rec.sensordata is not None:
@@ -126,18 +128,17 @@ def sysid_plots(result, out, *, max_recordings: int = MAX_SIGNAL_PLOTS, truth: d
   """Writes `signals[_i].png`, `cost.png` and `params.png` for a `SysIdResult` into folder `out`.
 
   Args:
-    result: a `diffsim.sysid.SysIdResult`.
+    result: a `diffsim.sysid.SysIdResult` (its `signals`, `history`, `labels`, `theta_std`, `x`).
     out: folder.
     max_recordings: plot the signals of at most this many recordings (at most `MAX_SIGNAL_PLOTS`).
     truth: `{name: value}` reference values drawn in `params.png`.
   """
-  p = result._plot
+  sig = result.signals
   files = {}
-  recs = p["recs"]
-  for i, rec in enumerate(recs[:min(max_recordings, MAX_SIGNAL_PLOTS)]):
+  for i, rec in enumerate(sig.recordings[:min(max_recordings, MAX_SIGNAL_PLOTS)]):
     name = "signals.png" if i == 0 else f"signals_{i}.png"
     files[f"signals{'' if i == 0 else '_' + str(i)}"] = plot_signals(
-      os.path.join(out, name), p["mjm"], rec, p["before"][i], p["after"][i],
+      os.path.join(out, name), sig.model, rec, sig.before[i], sig.after[i],
       title=f"{rec.source}: measured vs simulated")
   files["cost"] = plot_cost(os.path.join(out, "cost.png"), result.history["fun"])
   ref = None

@@ -34,14 +34,14 @@ from typing import Callable, Sequence
 import numpy as np
 import warp as wp
 
-from .kernels import init_state, load_quat, tangent_grad
+from .joints import BALL, FREE, load_quat, tangent_grad
+from .kernels import init_state
 from .params import Param, ParamLayout
 from .scene import off_tape
 from .step import FiniteDifferenceStep, resolve_eps
 
 __all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError", "GradientWarning", "check_switches"]
 
-_FREE, _BALL = 0, 1
 _log = logging.getLogger("diffsim")
 GRADIENTS = ("auto", "analytic", "finite_difference")  # how a Rollout forms tape gradients
 
@@ -177,7 +177,7 @@ def _adjoint_step(
   for s in range(sjac.shape[2]):
     g += sjac[w, k, s, c] * sensordata_grad[w, k, s]
   if c < nv:
-    lam[w, k, c] = g + tangent_grad(c, w, k, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, qpos_grad)
+    lam[w, k, c] = g + tangent_grad(c, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos[w], k, qpos_grad[w], k)
   elif c < 2 * nv:
     lam[w, k, c] = g + qvel_grad[w, k, c - nv]
   elif c < nx:
@@ -211,12 +211,12 @@ def _initial_grad(
     typ = jnt_type[j]
     qadr = jnt_qposadr[j]
     dadr = jnt_dofadr[j]
-    if typ == _FREE:
+    if typ == FREE:
       for i in range(3):
         wp.atomic_add(qpos0_grad, rq, qadr + i, lam[w, 0, dadr + i])
       qadr += 3
       dadr += 3
-    if typ == _FREE or typ == _BALL:
+    if typ == FREE or typ == BALL:
       # pull back through v = 2 Im(conj(q) dq): g = 2 q * (0, lam)
       q = load_quat(qpos[w], 0, qadr)
       v = wp.quat(lam[w, 0, dadr], lam[w, 0, dadr + 1], lam[w, 0, dadr + 2], 0.0)
@@ -375,6 +375,7 @@ class Rollout:
     with off_tape():
       self.scene = scene
       self.nstep = int(nstep)
+      self.ncall = 0
       self.layout = ParamLayout(scene, params)
       self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
       analytic = self.gradient == "analytic"
@@ -429,7 +430,7 @@ class Rollout:
       self.fd.data
       self.layout.reserve(self.fd.nlane)
       if self.adjoint is not None:
-        self.adjoint._build()  # its launches read the parameter rows just reallocated
+        self.adjoint.rebuild()  # its launches read the parameter rows just reallocated
 
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
@@ -461,6 +462,7 @@ class Rollout:
     with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton; in forward mode the tangents
     from `tangent0` (read them with `tangents()`)."""
     b = buffers or _Buffers(self.scene, self.nstep, self.fd, self.adjoint is not None)
+    self.ncall += 1
     tape = wp._src.context.runtime.tape
     if tape is not None and self.fd.ndir:
       raise RuntimeError("a Rollout built with directions= (forward mode) has no backward pass for a tape; "
@@ -705,7 +707,8 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
   differentiate = wp._src.context.runtime.tape is not None
   steps = tuple(sorted(resolve_eps(eps, scene).items()))
   key = (nstep, tuple(id(p) for p in params), differentiate, bool(central), steps, gradient)
-  cache = scene.__dict__.setdefault("_rollouts", {})
+  # a Rollout holds its Params, so their ids stay unique while cached
+  cache = scene.memo.setdefault("rollouts", {})
   ro = cache.get(key)
   if ro is None:
     ro = Rollout(scene, nstep, params=params, differentiable=differentiate, central=central, eps=eps,

@@ -58,12 +58,13 @@ _DETERMINISTIC = False
 # Warp's deterministic lowering rejects an array both updated that way and read in one kernel. Not
 # MJWarp's modules either: `opt.deterministic` builds its kernels with float atomics in the
 # deterministic mode, and several of its others do not compile in it (same reason).
-_DETERMINISTIC_MODULES = ("diffsim.adjoint", "diffsim.gradcheck", "diffsim.losses", "diffsim.rollout", "diffsim.sysid")
+DETERMINISTIC_MODULES = ("diffsim.adjoint", "diffsim.gradcheck", "diffsim.losses", "diffsim.rollout",
+                         "diffsim.sysid.residuals")
 # ... of which these make atomic updates in loops over the model's coordinates, which Warp's static
 # record count (one per call site) misses: each coordinate of the initial state (rollout's
-# `_initial_grad`), each input of a residual row (the adjoint of sysid's `_residuals`) once per thread,
+# `_initial_grad`), each input of a residual row (the adjoint of `diffsim.sysid.residuals.residuals`) once per thread,
 # or a world's tree sums and their adjoints (the analytic adjoint's replay, one thread per world)
-_LOOPED_RECORD_MODULES = ("diffsim.adjoint", "diffsim.rollout", "diffsim.sysid")
+LOOPED_RECORD_MODULES = ("diffsim.adjoint", "diffsim.rollout", "diffsim.sysid.residuals")
 _max_records = 0  # the largest such count over the scenes built so far
 
 
@@ -93,10 +94,10 @@ def _apply_module_options() -> None:
   import importlib
 
   mode = wp.DeterministicMode.RUN_TO_RUN if _DETERMINISTIC else wp.DeterministicMode.NOT_GUARANTEED
-  for name in _DETERMINISTIC_MODULES:
+  for name in DETERMINISTIC_MODULES:
     importlib.import_module(name)  # a Warp module made before its Python module would be replaced
     records = wp.config.deterministic_max_records
-    if _DETERMINISTIC and name in _LOOPED_RECORD_MODULES:
+    if _DETERMINISTIC and name in LOOPED_RECORD_MODULES:
       records = max(records, _max_records)
     want = {"deterministic": mode, "deterministic_max_records": records}
     have = wp.get_module_options(name)
@@ -105,7 +106,7 @@ def _apply_module_options() -> None:
 
 
 def _note_model_size(mjm: mujoco.MjModel) -> None:
-  """Raises the per-thread record bound of `_LOOPED_RECORD_MODULES` to cover `mjm`."""
+  """Raises the per-thread record bound of `LOOPED_RECORD_MODULES` to cover `mjm`."""
   global _max_records
   need = max(mjm.nq, 2 * mjm.nv + mjm.na + mjm.nsensordata)
   from .adjoint import analytic_coverage
@@ -138,7 +139,7 @@ class SolverSettings:
   tolerance: float = 0.0
 
 
-def _load_mjmodel(model) -> mujoco.MjModel:
+def load_mjmodel(model) -> mujoco.MjModel:
   if isinstance(model, mujoco.MjModel):
     return model
   if isinstance(model, mujoco.MjSpec):
@@ -196,7 +197,7 @@ class Scene:
     self.nq, self.nv, self.na, self.nu = mjm.nq, mjm.nv, mjm.na, mjm.nu
     self.nsensordata = mjm.nsensordata
     self.nx = 2 * mjm.nv + mjm.na
-    self.has_contacts = _can_make_contacts(mjm)
+    self.has_contacts = can_make_contacts(mjm)
     # constraints on positions with MuJoCo's ~1 mm impedance width (solimp), which a finite-difference
     # qpos step must stay inside: contacts, equality constraints, joint and tendon limits
     self.has_position_constraints = self.has_contacts or _has_limits_or_equalities(mjm)
@@ -234,12 +235,9 @@ class Scene:
     hi = np.where(clamp, mjm.actuator_ctrlrange[:, 1], np.inf).astype(np.float32)
     self.ctrl_lo = wp.array(lo, dtype=float, device=self.device)  # (nu,) limits MuJoCo clamps ctrl to
     self.ctrl_hi = wp.array(hi, dtype=float, device=self.device)
-    # parameter bookkeeping, see params.py
-    self._batch = self.nworld  # rows of every batched parameter field
-    self._nominal_rows: dict[str, np.ndarray] = {}  # MJCF row of each batched field
-    self._nominal_dev: dict[str, wp.array] = {}  # ... on the device, `(1, n)` floats, to restore it in a graph
-    self._applied = {}  # name -> Param written into the model
-    self._needs_set_const = False
+    # what the layers above build for this scene and keep with it: `params.ModelRows` (which fields
+    # hold per-world rows), `rollout()`'s Rollouts; dropped with the scene
+    self.memo: dict = {}
 
   @classmethod
   def from_xml(cls, model, *, nworld: int, device=None, solver: SolverSettings | None = None,
@@ -253,7 +251,7 @@ class Scene:
       solver: constraint-solver settings shared by all worlds and lanes (`SolverSettings`).
       nconmax, njmax: MJWarp contact / constraint capacity per world (defaults: MJWarp's).
     """
-    mjm = _load_mjmodel(model)
+    mjm = load_mjmodel(model)
     if isinstance(model, mujoco.MjModel):
       mjm = copy_mjmodel(mjm)
     return cls(mjm, nworld=nworld, device=device, solver=solver, nconmax=nconmax, njmax=njmax)
@@ -336,13 +334,8 @@ class Scene:
     return self.mjm.qpos0.copy()
 
   def name2id(self, objtype: mujoco.mjtObj, name: str) -> int:
-    i = mujoco.mj_name2id(self.mjm, objtype, name)
-    if i < 0:
-      kind = mujoco.mjtObj(objtype).name.removeprefix("mjOBJ_").lower()
-      names = [mujoco.mj_id2name(self.mjm, objtype, j) for j in range(_count(self.mjm, objtype))]
-      plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-      raise UnknownNameError(f"no {kind} named {name!r} in the model; {plural} are: {[n for n in names if n]}")
-    return i
+    """`name2id(self.mjm, objtype, name)`."""
+    return name2id(self.mjm, objtype, name)
 
   def __repr__(self) -> str:
     return (f"Scene(nworld={self.nworld}, device={self.device}, nq={self.nq}, nv={self.nv}, na={self.na}, "
@@ -457,7 +450,7 @@ def _check_sdf_plugins(mjm: mujoco.MjModel) -> None:
       f"does it for the nut, bolt, torus and gear plugins). Without them MJWarp's collisions return 0.")
 
 
-def _can_make_contacts(mjm: mujoco.MjModel) -> bool:
+def can_make_contacts(mjm: mujoco.MjModel) -> bool:
   """Whether any two geoms of different bodies can collide (or explicit pairs exist)."""
   if mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
     return False
@@ -493,6 +486,17 @@ def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:
   return copy.deepcopy(mjm)
 
 
+def name2id(mjm: mujoco.MjModel, objtype: mujoco.mjtObj, name: str) -> int:
+  """Id of the element `name` of type `objtype`, or an `UnknownNameError` that lists the names there are."""
+  i = mujoco.mj_name2id(mjm, objtype, name)
+  if i < 0:
+    kind = mujoco.mjtObj(objtype).name.removeprefix("mjOBJ_").lower()
+    names = [mujoco.mj_id2name(mjm, objtype, j) for j in range(_count(mjm, objtype))]
+    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+    raise UnknownNameError(f"no {kind} named {name!r} in the model; {plural} are: {[n for n in names if n]}")
+  return i
+
+
 def _count(mjm: mujoco.MjModel, objtype) -> int:
   return {
     mujoco.mjtObj.mjOBJ_BODY: mjm.nbody,
@@ -502,4 +506,5 @@ def _count(mjm: mujoco.MjModel, objtype) -> int:
     mujoco.mjtObj.mjOBJ_ACTUATOR: mjm.nu,
     mujoco.mjtObj.mjOBJ_SENSOR: mjm.nsensor,
     mujoco.mjtObj.mjOBJ_TENDON: mjm.ntendon,
+    mujoco.mjtObj.mjOBJ_PAIR: mjm.npair,
   }.get(objtype, 0)

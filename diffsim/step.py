@@ -50,11 +50,10 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from .kernels import load_quat, quat_integrate, quat_sub, store_quat
+from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
 
 __all__ = ["FiniteDifferenceStep"]
 
-_FREE, _BALL, _SLIDE, _HINGE = 0, 1, 2, 3
 
 
 @wp.func
@@ -90,10 +89,10 @@ def _state_difference(
     typ = jnt_type[j]
     qadr = jnt_qposadr[j]
     dadr = jnt_dofadr[j]
-    if typ == _SLIDE or typ == _HINGE:
+    if typ == SLIDE or typ == HINGE:
       out[w, k, dadr, c] = (qpos[lp, qadr] - qpos[lm, qadr]) * inv
     else:
-      if typ == _FREE:
+      if typ == FREE:
         for i in range(3):
           out[w, k, dadr + i, c] = (qpos[lp, qadr + i] - qpos[lm, qadr + i]) * inv
         qadr += 3
@@ -153,19 +152,7 @@ def _lanes_in(
     return
   h = lane_sign[lane] * eps[c]
   if c < nv:
-    j = dof_jntid[c]
-    typ = jnt_type[j]
-    qadr = jnt_qposadr[j]
-    k = c - jnt_dofadr[j]
-    if typ == _BALL or (typ == _FREE and k >= 3):
-      if typ == _FREE:
-        qadr += 3
-        k -= 3
-      v = wp.vec3(0.0)
-      v[k] = h
-      store_quat(qpos_out, lw, qadr, quat_integrate(load_quat(qpos_out, lw, qadr), v))
-    else:
-      qpos_out[lw, qadr + k] += h
+    qpos_move(c, h, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos_out, lw)
   elif c < 2 * nv:
     qvel_out[lw, c - nv] += h
   elif c < 2 * nv + na:
@@ -329,7 +316,7 @@ def _lanes_out(
   if c < nv:
     j = dof_jntid[c]
     typ = jnt_type[j]
-    if typ == _SLIDE or typ == _HINGE or (typ == _FREE and c - jnt_dofadr[j] < 3):
+    if typ == SLIDE or typ == HINGE or (typ == FREE and c - jnt_dofadr[j] < 3):
       x = qpos_in[w, step, jnt_qposadr[j] + c - jnt_dofadr[j]]
       hpm = _realized_steps(x, eps, -inf, inf)
       gpm = _realized_steps(x, guard * eps, -inf, inf)
@@ -428,10 +415,10 @@ def _tangent_lanes_in(
     typ = jnt_type[j]
     qadr = jnt_qposadr[j]
     dadr = jnt_dofadr[j]
-    if typ == _SLIDE or typ == _HINGE:
+    if typ == SLIDE or typ == HINGE:
       qpos_out[lw, qadr] += h * dx[w, step, dadr, c]
     else:
-      if typ == _FREE:
+      if typ == FREE:
         for i in range(3):
           qpos_out[lw, qadr + i] += h * dx[w, step, dadr + i, c]
         qadr += 3
@@ -705,15 +692,16 @@ class FiniteDifferenceStep:
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
       inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, s.ctrl_lo, s.ctrl_hi,
               int(self.central),
-              self.eps_z, self.coord_lanes, GUARD, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel, traj.act, ctrl, h_param,
+              self.eps_z, self.coord_lanes, GUARD, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel,
+              traj.act, ctrl, h_param,
               d.qpos, d.qvel, d.act, d.sensordata, self.signature],
       outputs=[jac, sjac, switches])
 
   def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
     """Steps state `k` of `traj` with `ctrl[:, k]`: writes state `k + 1`, sensordata `k` and
     (when differentiable) `jac[:, k]`, `sjac[:, k]` and adds the columns that crossed a constraint
-    switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller); in forward mode `jac` and `sjac` are the
-    tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
+    switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller); in forward
+    mode `jac` and `sjac` are the tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
     writes `jac[:, k + 1]` and `sjac[:, k]`."""
     import mujoco_warp as mjw
 

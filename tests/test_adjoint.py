@@ -75,7 +75,7 @@ def test_replay_equals_mjwarp(smooth, limited, coupled, implicitfast):
     act0 = np.full(scene.na, 0.2, np.float32)
     with wp.Tape():
       traj = ro(u, act0=act0, **kw)
-    ro.adjoint._build()
+    ro.adjoint.rebuild()
     ro.adjoint.replay(traj, ro._buf.qacc, 0, 0, True)
     # MJWarp at the same state
     d = mjw.put_data(scene.mjm, mujoco.MjData(scene.mjm), nworld=n)

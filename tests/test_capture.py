@@ -69,8 +69,7 @@ def _check(violations):
 
 @pytest.mark.parametrize("method, loop", [("adam", None), ("lbfgs", None), ("ilqr", True), ("ilqr", False)],
                          ids=["adam", "lbfgs", "ilqr-looped-steps", "ilqr-one-graph"])
-def test_trajopt_graphs(cartpole, monkeypatch, strict_capture, method, loop):
-  monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
+def test_trajopt_graphs(cartpole, strict_capture, method, loop):
   # a parameter applied by an earlier rollout: the captured rollouts restore its MJCF value (by a
   # kernel; a host upload there would break a CUDA capture)
   damping = diffsim.Param("dof_damping", "hinge")
@@ -78,7 +77,8 @@ def test_trajopt_graphs(cartpole, monkeypatch, strict_capture, method, loop):
                   params=[damping])
   cost = [QposCost([0.3, 0.0], running=1.0, terminal=10.0), QvelCost(0.0, terminal=1.0), CtrlCost(0.1)]
   problem = diffsim.TrajectoryProblem(cartpole, cost, horizon=10)
-  diffsim.optimize_trajectory(problem, method, maxiter=3, quiet=True)
+  options = {"loop_steps": loop} if method == "ilqr" else {}
+  diffsim.optimize_trajectory(problem, method, maxiter=3, progress=False, options=options)
   problem.evaluate()
   _check(strict_capture)
 
@@ -102,10 +102,11 @@ def test_rollout_graphs(cartpole, strict_capture):
   _check(strict_capture)
 
 
-@pytest.mark.parametrize("solver, jacobian", [("lm", "forward"), ("lm", "directional"), ("adam", "forward")],
+@pytest.mark.parametrize("method, jacobian", [("lm", "forward"), ("lm", "directional"), ("adam", "forward")],
                          ids=["lm-forward", "lm-directional", "adam"])
-def test_sysid_graphs(strict_capture, solver, jacobian):
+def test_sysid_graphs(strict_capture, method, jacobian):
   # (jacobian="tape" runs eagerly, one residual block at a time: nothing to capture)
   rec = D.simulate(models.PENDULUM.replace('damping="0.05"', 'damping="0.08"'), np.zeros((21, 1)), qpos0=[0.3])
-  S.identify(models.PENDULUM, rec, ["dof_damping:hinge"], device="cpu", iters=2, solver=solver, jacobian=jacobian)
+  S.identify(models.PENDULUM, rec, ["dof_damping:hinge"], device="cpu", maxiter=2, method=method,
+             jacobian=jacobian)
   _check(strict_capture)

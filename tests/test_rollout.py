@@ -112,7 +112,7 @@ def test_position_servo_gain_keeps_bias_consistent(so101):
 def test_outside_a_tape_runs_one_lane(cartpole):
   u = wp.array(_ctrl(cartpole, 10), dtype=float)
   diffsim.rollout(cartpole, u)
-  forward = [ro for key, ro in cartpole._rollouts.items() if key[0] == 10 and not key[2]]
+  forward = [ro for key, ro in cartpole.memo["rollouts"].items() if key[0] == 10 and not key[2]]
   assert forward and all(ro.fd.nlane == 1 for ro in forward)
 
 
@@ -265,7 +265,7 @@ def test_set_deterministic_reaches_the_kernels_that_launch():
     assert wp.get_module_options("diffsim.rollout")["deterministic_max_records"] >= max(scene.nq, scene.nv)
   finally:
     diffsim.set_deterministic(False)
-  for name in diffsim.scene._DETERMINISTIC_MODULES:
+  for name in diffsim.scene.DETERMINISTIC_MODULES:
     assert wp.get_module_options(name)["deterministic"] == wp.DeterministicMode.NOT_GUARANTEED, name
 
 

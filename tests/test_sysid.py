@@ -11,6 +11,7 @@ import pytest
 import diffsim
 from diffsim import data as D
 from diffsim import sysid as S
+from diffsim.sysid.problem import Problem
 
 import models  # tests/models.py (shared with the core tests, so their compiled kernels are reused)
 
@@ -38,7 +39,7 @@ def rec():
 
 @pytest.fixture(scope="module")
 def result(rec):
-  return S.identify(GUESS, rec, PARAMS, device="cpu", iters=15)
+  return S.identify(GUESS, rec, PARAMS, device="cpu", maxiter=15)
 
 
 def test_lm_recovers_mass_and_damping(result):
@@ -59,6 +60,40 @@ def test_lm_recovers_mass_and_damping(result):
   assert all(abs(result.x[k] - TRUE[k]) <= 3.0 * result.std[k] for k in TRUE), (result.x, result.std)
   assert all(0 < result.std_data[k] <= result.std[k] for k in TRUE)
   assert result.jacobian == "forward" and result.constraint_changes == 0  # smooth: no second opinion
+  assert isinstance(result, diffsim.optim.OptimizeResult) and result.method == "lm" and result.time > 0
+
+
+def test_callback_sees_each_iteration_and_can_stop_the_solver(rec):
+  seen = []
+
+  def stop_after_two(it):
+    seen.append((it.nit, it.fun, it.x))
+    return it.nit == 2
+
+  res = S.identify(GUESS, rec, PARAMS, device="cpu", callback=stop_after_two, progress=False)
+  assert [nit for nit, _, _ in seen] == [1, 2] and set(seen[-1][2]) == set(PARAMS)
+  assert res.nit == 2 and not res.success and res.message.startswith("stopped by the callback")
+  assert res.x == seen[-1][2] and res.fun == pytest.approx(seen[-1][1], rel=1e-6)
+
+  def raise_stop(it):
+    raise StopIteration
+
+  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", method="adam", maxiter=5, callback=raise_stop,
+                   progress=False)
+  assert res.nit == 1 and not res.success and "stopped by the callback" in res.message
+
+
+@pytest.mark.parametrize("kwargs, message", [
+  ({"method": "bfgs"}, "method must be 'lm' or 'adam'"),
+  ({"options": {"lr": 0.1}}, r"unknown options \['lr'\] for method 'lm'; valid: \[\]"),
+  ({"method": "adam", "options": {"learning_rate": 0.1}}, r"unknown options \['learning_rate'\].*valid: \['lr'\]"),
+  ({"method": "adam", "options": {"lr": -1.0}}, "options\\['lr'\\] must be a positive number"),
+  ({"maxiter": -1}, "maxiter must be an integer >= 0"),
+  ({"callback": 3}, "callback must be callable"),
+])
+def test_bad_solver_arguments_fail_before_any_work(rec, kwargs, message):
+  with pytest.raises((ValueError, TypeError), match=message):
+    S.identify(GUESS, rec, PARAMS, device="nonexistent", **kwargs)
 
 
 def test_outputs(tmp_path, result):
@@ -83,7 +118,7 @@ def test_outputs(tmp_path, result):
 
 def test_failed_save_keeps_existing_files(tmp_path, result, monkeypatch):
   (tmp_path / "params.json").write_text("user data")
-  monkeypatch.setattr(S.json, "dumps", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk full")))
+  monkeypatch.setattr(json, "dumps", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk full")))
   with pytest.raises(RuntimeError, match="disk full"):
     result.save(tmp_path)
   assert (tmp_path / "params.json").read_text() == "user data"
@@ -91,36 +126,38 @@ def test_failed_save_keeps_existing_files(tmp_path, result, monkeypatch):
 
 
 def _reference_residual_jacobian(prob, x, recs, delta=1e-6):
-  """d(residual)/d(unknowns) `(nworld, nsample, nres, ncol)` by central differences of float64 MuJoCo C
-  rollouts (`data.simulate`) of the hinge pendulum, laid out as the problem's `rjac`."""
+  """d(residual)/d(unknowns) `(nworld, nsample, nsignal, ncol)` by central differences of float64 MuJoCo C
+  rollouts (`data.simulate`) of the hinge pendulum, laid out as the problem's `buffers.residual_jac`."""
   from diffsim.gradcheck import set_mjmodel_params
 
   def residuals(xs):
     mjm = mujoco.MjModel.from_xml_string(GUESS)
     set_mjmodel_params(mjm, {p: xs[o:o + p.dim] for p, o in zip(prob.params, prob.layout.offsets)})
-    qpos, qvel = prob.initial_state(xs)
-    out = np.zeros((prob.nseg, prob.nsample, prob.nres))
+    qpos, qvel = prob.unknowns.initial_state(xs)
+    out = np.zeros((prob.worlds.nseg, prob.worlds.nsample, prob.worlds.nsignal))
     for g, (r, q0, v0) in enumerate(zip(recs, qpos, qvel)):
       sub = int(round((r.time[1] - r.time[0]) / mjm.opt.timestep))
       sim = D.simulate(mjm, r.ctrl, qpos0=q0, qvel0=v0, substeps=sub)
       n = r.nrow
-      meas = prob.meas_host
+      meas = prob.worlds.measured
       sig = np.concatenate([sim.qpos - meas["qpos"][g, :n], sim.qvel - meas["qvel"][g, :n],
                             sim.sensordata - meas["sensordata"][g, :n]], axis=1)
-      out[g, :n] = prob.weights[g, :n] * sig
+      out[g, :n] = prob.worlds.weight[g, :n] * sig
     return out
 
-  G = np.zeros((prob.nworld, prob.nsample, prob.nres, prob.ncol))
+  nseg = prob.worlds.nseg
+  G = np.zeros((prob.nworld, prob.worlds.nsample, prob.worlds.nsignal, prob.ncol))
   for s in range(prob.nstart):
     for u in range(prob.nunknown):
       e = np.zeros(prob.nunknown)
       e[u] = delta
       d = (residuals(x[s] + e) - residuals(x[s] - e)) / (2 * delta)
       if u < prob.nparam:
-        G[s * prob.nseg:(s + 1) * prob.nseg, ..., u] = d
+        G[s * nseg:(s + 1) * nseg, ..., u] = d
       else:  # a nuisance unknown: its world's block column
-        g, b = divmod(u - prob.nparam, prob.blk)
-        G[s * prob.nseg + np.nonzero(prob.free)[0][g], ..., prob.nparam + b] = d[np.nonzero(prob.free)[0][g]]
+        g, b = divmod(u - prob.nparam, prob.unknowns.nblock)
+        w = np.nonzero(prob.unknowns.free)[0][g]
+        G[s * nseg + w, ..., prob.nparam + b] = d[w]
   return G
 
 
@@ -133,19 +170,19 @@ def test_residual_jacobian_matches_mujoco():
           D.simulate(TRUTH, _ctrl(16, 0.02, 0.5, 1.0), qpos0=[-0.2], qvel0=[1.0], substeps=2,
                      record=("qpos", "sensordata"))]
   params = [S.parse_param(p) for p in PARAMS]
-  prob = S._Problem(mjm, recs, params, weights=None, normalize=True, shooting=None, nstart=2, device="cpu",
-                    solver=None, central=True, eps=None, fit_qpos0=True, fit_qvel0=True)
+  prob = Problem(mjm, recs, params, weights=None, normalize=True, shooting=None, nstart=2, device="cpu",
+                 solver_settings=None, central=True, eps=None, fit_qpos0=True, fit_qvel0=True)
   assert prob.nunknown == 2 + 2 * 2  # qpos and qvel offsets of both worlds
   assert prob.forward_mode.fd.nlane == 1 + 2 * prob.ncol  # a lane pair per column, none per state coordinate
-  x = prob.x0(np.array([[0.5, 0.05], [0.58, 0.09]]))
+  x = prob.unknowns.initial(np.array([[0.5, 0.05], [0.58, 0.09]]))
   x[:, 2:] += [0.01, -0.1, 0.02, 0.3]
   ref = _reference_residual_jacobian(prob, x, recs)
   normal = {}
   jac = {}
   for how in ("forward", "directional"):
     normal[how] = prob.linearize(x, jacobian=how)
-    jac[how] = prob.rjac.numpy().copy()
-  _, jac["tape"] = prob._jacobian_tape()
+    jac[how] = prob.buffers.residual_jac.numpy().copy()
+  _, jac["tape"] = prob.tape_jacobian()
   for how, G in jac.items():
     for c in range(prob.ncol):
       err = np.linalg.norm(G[..., c] - ref[..., c]) / np.linalg.norm(ref[..., c])
@@ -166,7 +203,7 @@ def test_several_recordings_share_parameters():
   sensors.sensordata[:, 0] = np.nan  # not measured
   recs = [sensors,
           D.simulate(TRUTH, _ctrl(51, 0.02, 0.6, 2.0), qpos0=[-0.5], qvel0=[0.0], substeps=2, record=("qpos",))]
-  res = S.identify(GUESS, recs, PARAMS, device="cpu", iters=15)
+  res = S.identify(GUESS, recs, PARAMS, device="cpu", maxiter=15)
   err = _rel_err(res)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
   np.testing.assert_allclose(res.initial_qvel[1], [0.0], atol=1e-3)  # solved for (it started at rest)
@@ -190,7 +227,7 @@ def test_multiple_shooting_and_identifiability(rec, armature):
                      "geom_friction:rod"]
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    res = S.identify(guess, rec, params, device="cpu", shooting=25, iters=15)
+    res = S.identify(guess, rec, params, device="cpu", shooting=25, maxiter=15)
   err = _rel_err(res)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
   msgs = [str(w.message) for w in caught if issubclass(w.category, S.IdentifiabilityWarning)]
@@ -209,7 +246,7 @@ def test_multiple_shooting_and_identifiability(rec, armature):
 def test_multistart_keeps_the_best():
   rec = D.simulate(TRUTH, _ctrl(81, 0.01), qpos0=[0.3])
   starts = np.array([[3.0, 0.6], [0.55, 0.07]])  # a poor guess first, a good one second
-  res = S.identify(GUESS, rec, PARAMS, device="cpu", starts=starts, shooting=20, iters=4)
+  res = S.identify(GUESS, rec, PARAMS, device="cpu", starts=starts, shooting=20, maxiter=4)
   assert res.starts_fun.shape == (2,)
   assert res.fun == pytest.approx(res.starts_fun.min(), rel=1e-6)
   assert res.starts_fun[1] < res.starts_fun[0]
@@ -226,7 +263,8 @@ def test_adam_recovers_damping():
   # first-order: many cheap iterations (short shooting segments), best iterate kept
   truth = GUESS.replace('damping="0.05"', 'damping="0.08"')
   rec = D.simulate(truth, _ctrl(81, 0.01), qpos0=[0.3])
-  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", solver="adam", lr=0.05, iters=60, shooting=10)
+  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", method="adam", options={"lr": 0.05}, maxiter=60,
+                   shooting=10)
   assert res.nit == 60 and res.history["fun"].shape == (61,)
   assert abs(res.x["dof_damping:hinge"] / 0.08 - 1) < 1e-3, res.summary()
 
@@ -237,7 +275,7 @@ def test_adam_iterations_replay_one_captured_tape_rollout(monkeypatch):
   run = diffsim.Rollout.run
   monkeypatch.setattr(diffsim.Rollout, "run", lambda self, *a, **kw: calls.append(1) or run(self, *a, **kw))
   rec = D.simulate(GUESS.replace('damping="0.05"', 'damping="0.08"'), _ctrl(21, 0.01), qpos0=[0.3])
-  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", solver="adam", iters=5)
+  res = S.identify(GUESS, rec, ["dof_damping:hinge"], device="cpu", method="adam", maxiter=5)
   assert res.nit == 5 and len(calls) == 1
 
 
@@ -253,7 +291,7 @@ def test_quaternion_residuals_ball_joint(tmp_path):
   rec = D.simulate(truth, ctrl, qvel0=qvel0, record=("qpos", "qvel"))
   # MJCF holds one damping per joint (compiled into its 3 dofs), so that is what is identified and
   # written: the rollout perturbs the dofs in separate lanes, their Jacobian columns are summed
-  res = S.identify(models.BALL_FREE, rec, ["dof_damping:ball"], device="cpu", shooting=20, iters=10, out=tmp_path,
+  res = S.identify(models.BALL_FREE, rec, ["dof_damping:ball"], device="cpu", shooting=20, maxiter=10, out=tmp_path,
                    plots=False)
   assert isinstance(res.x["dof_damping:ball"], float) and res.labels == ["dof_damping:ball"]
   assert res.x["dof_damping:ball"] == pytest.approx(0.03, rel=1e-3)
@@ -335,17 +373,16 @@ def test_identified_mjcf_joint_types_and_servo_damping(tmp_path):
     S.write_mjcf(xml, params, np.array([0.3, 0.3, 0.3, 0.7, 0.05, 0.2, 2.0, 10.0]), path)
 
 
-def test_model_xml_failures(tmp_path, rec, monkeypatch):
+def test_model_xml_failures(tmp_path, rec):
   # a parameter model.xml cannot hold fails before any kernel runs when out= asks for model.xml
-  monkeypatch.setattr(S, "_Problem", lambda *a, **k: pytest.fail("device work started"))
+  # (a device that does not exist: device work would fail with another message)
   with pytest.raises(ValueError, match="cannot write the identified parameters to model.xml.*solref"):
-    S.identify(GUESS, rec, ["dof_solref:hinge"], device="cpu", out=tmp_path)
-  monkeypatch.undo()
+    S.identify(GUESS, rec, ["dof_solref:hinge"], device="nonexistent", out=tmp_path)
   # identified values that do not compile (an inertia violating the triangle inequality; here the
   # initial guess, with no iterations) lose neither the result nor the other files
   iy = diffsim.Param("body_inertia", "pole", components=[1], name="iy")  # 0.004 + 0.0005 < 0.01
   with pytest.warns(UserWarning, match="result is returned.*model.xml not written.*does not compile"):
-    res = S.identify(GUESS, rec, [iy], x0={"iy": 0.01}, device="cpu", iters=0, out=tmp_path)
+    res = S.identify(GUESS, rec, [iy], x0={"iy": 0.01}, device="cpu", maxiter=0, out=tmp_path)
   assert res.x["iy"] == 0.01 and np.isfinite(res.fun) and not res.warnings
   assert "does not compile" in res.save_error
   assert json.loads((tmp_path / "params.json").read_text())["iy"]["value"] == 0.01
@@ -390,7 +427,7 @@ def test_lm_recovers_other_fields(make):
   src, rec, true, x0 = make()
   named = {"body_inertia:pole[y]": diffsim.Param("body_inertia", "pole", components=[1], name="body_inertia:pole[y]"),
            "gravity_z": diffsim.Param("opt.gravity", components=[2], name="gravity_z")}
-  res = S.identify(src, rec, [named.get(k, k) for k in true], x0=x0, device="cpu", iters=15)
+  res = S.identify(src, rec, [named.get(k, k) for k in true], x0=x0, device="cpu", maxiter=15)
   err = _rel_err(res, true)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
   assert res.success and not res.warnings, res.message

@@ -85,7 +85,7 @@ def _pendulum_monte_carlo(fit_qpos0):
 
   def solve(seed):
     rec = D.simulate(PENDULUM_TRUTH, ctrl, qpos0=[0.3], noise={"qpos": 1e-3}, seed=seed, record=("qpos",))
-    return _identify_quietly(models.PENDULUM, rec, list(PENDULUM_TRUE), fit_qpos0=fit_qpos0, device="cpu", iters=20)
+    return _identify_quietly(models.PENDULUM, rec, list(PENDULUM_TRUE), fit_qpos0=fit_qpos0, device="cpu", maxiter=20)
 
   return _monte_carlo(solve, np.array(list(PENDULUM_TRUE.values())))
 
@@ -122,7 +122,7 @@ def test_so101_error_bars_match_the_scatter():
   def solve(seed):
     rec = D.simulate(truth_model, ctrl, substeps=5, noise={"qpos": 1e-3}, seed=seed, record=("qpos",))
     params = [diffsim.Param(f, joints, name=f) for f in t6.FIELDS]
-    return _identify_quietly(path, rec, params, fit_qpos0=True, device="cpu", iters=15)
+    return _identify_quietly(path, rec, params, fit_qpos0=True, device="cpu", maxiter=15)
 
   _check_calibrated(*_monte_carlo(solve, truth))
 
@@ -139,13 +139,13 @@ def test_tutorial06_identifiability_warnings():
   path = diffsim.asset_path("so101", "so101_new_calib.xml")
 
   res, msgs = _identify_quietly(path, rec, [diffsim.Param(f, ["elbow_flex"], name=f) for f in t6.FIELDS],
-                                fit_qpos0=True, device="cpu", iters=15)
+                                fit_qpos0=True, device="cpu", maxiter=15)
   assert res.success and msgs == [] and res.warnings == [], res.message
   assert res.cond < 1e4  # measured 345
   elbow_std = res.theta_std.copy()
 
   res, msgs = _identify_quietly(path, rec, [diffsim.Param(f, ["elbow_flex", "wrist_roll"], name=f) for f in t6.FIELDS],
-                                fit_qpos0=True, device="cpu", iters=15)
+                                fit_qpos0=True, device="cpu", maxiter=15)
   assert msgs == res.warnings and msgs
   text = " ".join(msgs)
   named = {label for label in res.labels if label in text}

@@ -79,7 +79,9 @@ def test_bad_solver_arguments_raise_before_any_kernel(cartpole, monkeypatch):
     diffsim.optimize_trajectory(problem, "newton")
   with pytest.raises(ValueError, match=r"unknown options \['learning_rate'\] for method 'adam'; valid: .*'lr'"):
     diffsim.optimize_trajectory(problem, "adam", options={"learning_rate": 0.1})
-  with pytest.raises(ValueError, match="maxiter must be a positive integer"):
+  with pytest.raises(ValueError, match="ilqr loop_steps must be None, True or False, got 'yes'"):
+    diffsim.optimize_trajectory(problem, "ilqr", options={"loop_steps": "yes"})
+  with pytest.raises(ValueError, match="maxiter must be an integer >= 1, got 0"):
     diffsim.optimize_trajectory(problem, "ilqr", maxiter=0)
   with pytest.raises(ValueError, match=r"warm_start must have shape \(nworld, horizon, nu\) = \(2, 10, 1\)"):
     diffsim.optimize_trajectory(problem, "ilqr", warm_start=np.zeros((2, 9, 1)))
@@ -169,7 +171,7 @@ def swingup(cartpole):
   ("adam", 100, {"lr": 0.15}),
 ])
 def test_cartpole_swings_up(swingup, method, maxiter, options):
-  res = diffsim.optimize_trajectory(swingup, method, maxiter=maxiter, options=options, quiet=True)
+  res = diffsim.optimize_trajectory(swingup, method, maxiter=maxiter, options=options, progress=False)
   qpos = res.trajectory.qpos.numpy()[:, -1]
   qvel = res.trajectory.qvel.numpy()[:, -1]
   # the pole is upright and nearly still in every world
@@ -196,14 +198,14 @@ def test_worlds_with_their_own_parameters(cartpole):
           CtrlCost(0.1)]  # move the cart 10 cm and stop
   problem = diffsim.TrajectoryProblem(cartpole, cost, horizon=50, params=[pole])
   pole.assign([[0.1], [1.0]])
-  res = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, quiet=True)
+  res = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, progress=False)
   cost, traj = problem.evaluate(res.x)
   np.testing.assert_allclose(res.fun, cost, rtol=1e-5)
   np.testing.assert_allclose(res.trajectory.qpos.numpy(), traj.qpos.numpy(), atol=1e-6)
   assert np.abs(res.x[0] - res.x[1]).max() > 0.05  # a light and a heavy pole need different pushes
   # each world solves its own problem: swapping the masses swaps the solutions
   pole.assign([[1.0], [0.1]])
-  swapped = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, quiet=True)
+  swapped = diffsim.optimize_trajectory(problem, "ilqr", maxiter=3, progress=False)
   np.testing.assert_allclose(swapped.x[::-1], res.x, atol=1e-6)
   np.testing.assert_allclose(swapped.fun[::-1], res.fun, rtol=1e-5)
 
@@ -219,15 +221,15 @@ def short(cartpole):
 
 
 def test_warm_start_shifts_the_previous_solution(short):
-  first = diffsim.optimize_trajectory(short, "ilqr", maxiter=3, quiet=True)
+  first = diffsim.optimize_trajectory(short, "ilqr", maxiter=3, progress=False)
   shifted = np.concatenate([first.x[:, 1:], first.x[:, -1:]], axis=1)  # the last control is held
-  again = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first, quiet=True)
+  again = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first, progress=False)
   np.testing.assert_allclose(again.history[0], short.evaluate(shifted)[0], rtol=1e-6)
-  same = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first.x, shift=0, quiet=True)
+  same = diffsim.optimize_trajectory(short, "ilqr", maxiter=1, warm_start=first.x, shift=0, progress=False)
   np.testing.assert_allclose(same.history[0], first.fun, rtol=1e-6)
   # a receding-horizon step: new initial state, previous solution shifted; cost starts low
   short.reset(qpos0=first.trajectory.qpos.numpy()[:, 1], qvel0=first.trajectory.qvel.numpy()[:, 1])
-  mpc = diffsim.optimize_trajectory(short, "ilqr", maxiter=2, warm_start=first, quiet=True)
+  mpc = diffsim.optimize_trajectory(short, "ilqr", maxiter=2, warm_start=first, progress=False)
   short.reset(qpos0=short.scene.mjm.qpos0, qvel0=[[0.0, 0.0], [0.0, 1.0]])
   assert np.all(mpc.history[0] < first.history[0])
 
@@ -236,29 +238,37 @@ def test_warm_start_shifts_the_previous_solution(short):
 def test_callback_sees_best_costs_and_stops(short, method):
   seen = []
 
-  def callback(nit, fun):
-    seen.append((nit, fun.copy()))
-    return nit >= 3
+  def callback(iterate):
+    seen.append((iterate.nit, iterate.fun.copy(), iterate.x if iterate.nit == 2 else None))
+    if iterate.nit >= 3:
+      raise StopIteration  # as scipy allows; returning True stops too (below)
 
-  res = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, quiet=True, callback=callback)
-  assert [nit for nit, _ in seen] == [1, 2, 3] and res.nit == 3
+  res = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, progress=False, callback=callback)
+  assert [nit for nit, _, _ in seen] == [1, 2, 3] and res.nit == 3
   # the best cost per world so far: never increasing, and the result's cost at the stop
-  best = np.array([f for _, f in seen])
+  best = np.array([f for _, f, _ in seen])
   assert best.shape == (3, short.nworld) and np.all(np.diff(best, axis=0) <= 0)
   np.testing.assert_allclose(best[-1], res.fun, rtol=1e-6)
+  # x, read on request: the best controls so far, whose cost is fun
+  x = seen[1][2]
+  assert x.shape == (short.nworld, short.horizon, short.scene.nu)
+  np.testing.assert_allclose(short.evaluate(x)[0], seen[1][1], rtol=1e-5)
+  stopped = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, progress=False,
+                                        callback=lambda iterate: iterate.nit >= 2)
+  assert stopped.nit == 2
   with pytest.raises(TypeError, match="callback"):
-    diffsim.optimize_trajectory(short, method, maxiter=2, quiet=True, callback=3)
+    diffsim.optimize_trajectory(short, method, maxiter=2, progress=False, callback=3)
 
 
-def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole, monkeypatch):
+def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole):
   # the CPU's iteration (each rollout step one graph replayed `horizon` times) and the GPU's (one
   # graph) launch the same kernels on the same buffers: the same iterates, bit for bit
   results = []
   for loop in (False, True):
-    monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
     problem = diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0),
                                                    CtrlRateCost(1e-3)], horizon=20, qvel0=[[0.0, 0.0], [0.0, 1.0]])
-    results.append(diffsim.optimize_trajectory(problem, "ilqr", maxiter=5, ftol=0.0, quiet=True))
+    results.append(diffsim.optimize_trajectory(problem, "ilqr", maxiter=5, ftol=0.0, progress=False,
+                                               options={"loop_steps": loop}))
   np.testing.assert_array_equal(results[0].x, results[1].x)
   np.testing.assert_array_equal(results[0].history, results[1].history)
   assert (results[0].history[-1] < results[0].history[0]).all()  # the iterations took steps
@@ -271,12 +281,11 @@ def test_ilqr_looped_steps_match_one_graph_per_stage(cartpole, monkeypatch):
 @pytest.mark.parametrize("method, loop", [("ilqr", False), ("ilqr", True), ("adam", None)],
                          ids=["ilqr-one-graph", "ilqr-looped-steps", "adam"])
 def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch, method, loop):
-  monkeypatch.setattr(diffsim.trajopt._ILQR, "loop_steps", loop)
+  options = {} if loop is None else {"loop_steps": loop}
   short = diffsim.TrajectoryProblem(cartpole, [QposCost([0.5, 0.0], running=1.0, terminal=10.0)], horizon=20)
   T = short.horizon
   stages = {None: 1, False: 1, True: (T + 2) + 1 + 6 * (T + 2) + 1}[loop]
-  diffsim.optimize_trajectory(short, method, maxiter=12, quiet=True)  # captures the graphs
-  assert short._solvers and all(s.loop_steps is loop for s in short._solvers.values() if s.method == "ilqr")
+  diffsim.optimize_trajectory(short, method, maxiter=12, progress=False, options=options)  # captures the graphs
   counts = {}
   for maxiter, log_every in ((4, 4), (12, 12), (12, 1)):
     calls = {"launch": 0, "numpy": 0, "graph": 0}
@@ -287,7 +296,8 @@ def test_iterations_are_graph_replays_without_host_copies(cartpole, monkeypatch,
                         real_numpy(self))
     monkeypatch.setattr(wp, "capture_launch", lambda *a, **k: calls.__setitem__("graph", calls["graph"] + 1) or
                         real_graph(*a, **k))
-    res = diffsim.optimize_trajectory(short, method, maxiter=maxiter, log_every=log_every, ftol=0.0, quiet=True)
+    res = diffsim.optimize_trajectory(short, method, maxiter=maxiter, log_every=log_every, ftol=0.0, progress=False,
+                                      options=options)
     monkeypatch.undo()
     assert res.nit == maxiter
     counts[maxiter if log_every > 1 else "every"] = calls
@@ -323,8 +333,8 @@ def test_ilqr_solves_a_linear_quadratic_problem_in_one_step(cartpole):
   cost = [SensorCost("force", 1.5, terminal=10.0), SensorCost("force", 0.5, running=1.0), QposCost(0.3, terminal=5.0),
           QvelCost(0.0, running=0.1), CtrlRateCost(0.01), CtrlCost(0.1)]
   problem = diffsim.TrajectoryProblem(scene, cost, horizon=20)
-  one = diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, quiet=True, options={"mu_init": 0.0})
-  many = diffsim.optimize_trajectory(problem, "ilqr", maxiter=10, quiet=True, options={"mu_init": 0.0})
+  one = diffsim.optimize_trajectory(problem, "ilqr", maxiter=1, progress=False, options={"mu_init": 0.0})
+  many = diffsim.optimize_trajectory(problem, "ilqr", maxiter=10, progress=False, options={"mu_init": 0.0})
   assert many.success.all(), many.message
   np.testing.assert_allclose(one.fun, many.fun, rtol=1e-5)
 

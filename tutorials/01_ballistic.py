@@ -2,11 +2,11 @@
 
 Every point leaves its own launch position and must hit its own target on the ground after a fixed
 flight time. The flight is `diffsim.kernels.integrate_gravity`, an ordinary Warp kernel: recorded on
-a `wp.Tape`, `tape.backward()` gives d(miss distance)/d(launch velocity), and an Adam kernel follows
-it. As in Warp's optimization examples, an iteration (forward, backward, update, log) is captured
-once as a graph and replayed: no Python launches and no host reads inside the loop (Adam keeps its
-step count on the device, which `warp.optim.Adam`, counting on the host, cannot do in a graph). The
-exact answer is known (constant gravity), which makes the result easy to judge.
+a `wp.Tape`, `tape.backward()` gives d(miss distance)/d(launch velocity), and `diffsim.optim.Adam`
+follows it. As in Warp's optimization examples, an iteration (forward, backward, update, log) is
+captured once as a graph and replayed: no Python launches and no host reads inside the loop (Adam
+keeps its step count on the device, which `warp.optim.Adam`, counting on the host, cannot do in a
+graph). The exact answer is known (constant gravity), which makes the result easy to judge.
 
   python tutorials/01_ballistic.py               # 2,048 points, writes out/01_ballistic/
   python tutorials/01_ballistic.py --test        # 16 points, checks the aim (for the test suite)
@@ -23,20 +23,21 @@ import numpy as np
 import warp as wp
 
 import diffsim
+from diffsim import optim
 
 
 @wp.kernel
 def _launch(
   # In:
   x0: wp.array[wp.vec3],  # (npoint,) m
-  v0: wp.array[wp.vec3],  # (npoint,) m/s
+  v0: wp.array2d[float],  # (npoint, 3) m/s, the variables of Adam
   # Out:
   x_out: wp.array2d[wp.vec3],  # (npoint, nstep + 1)
   v_out: wp.array2d[wp.vec3],
 ):
   i = wp.tid()
   x_out[i, 0] = x0[i]
-  v_out[i, 0] = v0[i]
+  v_out[i, 0] = wp.vec3(v0[i, 0], v0[i, 1], v0[i, 2])
 
 
 @wp.kernel
@@ -53,39 +54,12 @@ def _miss(
 
 
 @wp.kernel
-def _adam(
-  # In:
-  grad: wp.array[wp.vec3],  # (npoint,) d loss / d v0
-  it: wp.array[int],  # (1,) iterations done
-  lr: float,  # m/s
-  beta1: float,
-  beta2: float,
-  # Out:
-  m_out: wp.array[wp.vec3],  # (npoint,) first moment
-  v_out: wp.array[wp.vec3],  # (npoint,) second moment
-  x_out: wp.array[wp.vec3],  # (npoint,) the launch velocities, m/s
-):
-  i = wp.tid()
-  t = float(it[0] + 1)
-  g = grad[i]
-  m = beta1 * m_out[i] + (1.0 - beta1) * g
-  v = beta2 * v_out[i] + (1.0 - beta2) * wp.cw_mul(g, g)
-  m_out[i] = m
-  v_out[i] = v
-  mhat = m / (1.0 - wp.pow(beta1, t))
-  vhat = v / (1.0 - wp.pow(beta2, t))
-  step = wp.vec3(mhat[0] / (wp.sqrt(vhat[0]) + 1.0e-8), mhat[1] / (wp.sqrt(vhat[1]) + 1.0e-8),
-                 mhat[2] / (wp.sqrt(vhat[2]) + 1.0e-8))
-  x_out[i] = x_out[i] - lr * step
-
-
-@wp.kernel
 def _log(
   # In:
   loss: wp.array[float],  # (1,) m^2
   scale: float,
   # Out:
-  it_out: wp.array[int],  # (1,) iterations done, advanced here (after the update read it)
+  it_out: wp.array[int],  # (1,) history rows written, advanced here
   history_out: wp.array[float],  # (iters + 1,) mean squared miss per iteration, m^2
 ):
   history_out[it_out[0]] = loss[0] * scale
@@ -119,7 +93,7 @@ def main(argv=None) -> int:
   # every buffer allocated once; the loop only launches kernels
   x0 = wp.array(x0_np, dtype=wp.vec3, device=device)
   target = wp.array(target_np, dtype=wp.vec3, device=device)
-  v0 = wp.zeros(n, dtype=wp.vec3, device=device, requires_grad=True)
+  v0 = wp.zeros((n, 3), dtype=float, device=device, requires_grad=True)
   x = wp.zeros((n, nstep + 1), dtype=wp.vec3, device=device, requires_grad=True)
   v = wp.zeros((n, nstep + 1), dtype=wp.vec3, device=device, requires_grad=True)
   loss = wp.zeros(1, dtype=float, device=device, requires_grad=True)
@@ -132,7 +106,8 @@ def main(argv=None) -> int:
       wp.launch(diffsim.kernels.integrate_gravity, dim=n, inputs=[g, dt, x, v, k], outputs=[x, v], device=device)
     wp.launch(_miss, dim=n, inputs=[x, target], outputs=[loss], device=device)
 
-  m1, m2 = wp.zeros_like(v0), wp.zeros_like(v0)  # Adam's moments
+  unbounded = wp.array([-np.inf], dtype=float, device=device), wp.array([np.inf], dtype=float, device=device)
+  adam = optim.Adam(v0, *unbounded, lr=0.2)  # lr in m/s
   it = wp.zeros(1, dtype=int, device=device)
   hist = wp.zeros(args.iters + 1, dtype=float, device=device)
 
@@ -141,7 +116,7 @@ def main(argv=None) -> int:
     with tape:
       forward()
     tape.backward(loss)
-    wp.launch(_adam, dim=n, inputs=[v0.grad, it, 0.2, 0.9, 0.999], outputs=[m1, m2, v0], device=device)
+    adam.step(v0.grad)
     wp.launch(_log, dim=1, inputs=[loss, 1.0 / n], outputs=[it, hist], device=device)
     tape.zero()
 

@@ -65,7 +65,7 @@ def main(argv=None) -> int:
   problem = swingup_problem(nworld=args.nworld, horizon=args.horizon, device=args.device)
   results = {}
   for method in ("ilqr", "lbfgs", "adam"):
-    results[method] = diffsim.optimize_trajectory(problem, method, maxiter=iters[method], quiet=args.test,
+    results[method] = diffsim.optimize_trajectory(problem, method, maxiter=iters[method], progress=not args.test,
                                                   options=OPTIONS[method])
 
   out = os.path.join(args.out, "02_cartpole_swingup")
@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     ok = True
     for res in results.values():
       for traj in (res.trajectory.numpy(), problem.replay_mujoco(res.x)):
-        ok &= bool(np.all(np.abs(traj["qpos"][:, -1, 1] - np.pi) < 0.1) and np.all(np.abs(traj["qvel"][:, -1, 1]) < 0.5))
+        upright = np.abs(traj["qpos"][:, -1, 1] - np.pi) < 0.1
+        ok &= bool(np.all(upright) and np.all(np.abs(traj["qvel"][:, -1, 1]) < 0.5))
     print("test", "passed" if ok else "FAILED")
     return 0 if ok else 1
   return 0

@@ -125,7 +125,8 @@ def main(argv=None) -> int:
   wp.config.log_level = wp.LOG_WARNING  # no kernel-loading logs between the results
   problem, flight, targets = throw_problem(nworld=args.nworld, duration=args.duration, timestep=args.timestep,
                                            device=args.device)
-  res = diffsim.optimize_trajectory(problem, "adam", maxiter=args.iters, quiet=args.test, options={"lr": args.lr})
+  res = diffsim.optimize_trajectory(problem, "adam", maxiter=args.iters, progress=not args.test,
+                                    options={"lr": args.lr})
   # the flight of the returned controls (the cost's buffers hold the last evaluated one)
   out_cost = wp.zeros(problem.nworld, dtype=float, device=problem.scene.device)
   flight.cost(res.trajectory, out_cost)

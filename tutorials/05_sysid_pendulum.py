@@ -86,7 +86,7 @@ def main(argv=None) -> int:
   with open(guess, "w") as f:
     f.write(PENDULUM.format(mass=GUESS["body_mass:pole"], damping=GUESS["dof_damping:hinge"]))
 
-  res = diffsim.sysid.identify(guess, paths, list(TRUTH), device=args.device, iters=args.iters,
+  res = diffsim.sysid.identify(guess, paths, list(TRUTH), device=args.device, maxiter=args.iters,
                                progress=not args.test)
   res.save(out, truth=TRUTH)
   print(f"{'parameter':20s} {'truth':>9s} {'guess':>9s} {'identified':>12s} {'std':>9s} {'rel. error':>10s}")

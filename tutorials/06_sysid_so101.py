@@ -91,7 +91,7 @@ def main(argv=None) -> int:
   params = [diffsim.Param(f, joints, name=f) for f in FIELDS]
   # the joint angles are noisy, so the initial state is solved for too (fit_qpos0; the velocities,
   # not recorded, always are) instead of pinning the simulation to the first noisy sample
-  res = diffsim.sysid.identify(path, rec, params, fit_qpos0=True, device=args.device, iters=args.iters,
+  res = diffsim.sysid.identify(path, rec, params, fit_qpos0=True, device=args.device, maxiter=args.iters,
                                progress=not args.test)
   res.save(out, truth=true)
 

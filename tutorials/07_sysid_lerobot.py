@@ -148,7 +148,7 @@ def main(argv=None) -> int:
   data = diffsim.data.load_lerobot(dataset, model, units=args.units, calibration=calibration)
   params = [diffsim.Param(f, joints, name=f) for f in FIELDS]
   # angles in whole encoder ticks are noisy: solve for each episode's initial position too
-  res = diffsim.sysid.identify(model, data, params, fit_qpos0=True, device=args.device, iters=args.iters,
+  res = diffsim.sysid.identify(model, data, params, fit_qpos0=True, device=args.device, maxiter=args.iters,
                                progress=not args.test)
   res.save(out, truth=true)
 

@@ -1,0 +1,225 @@
+"""System identification sharded over a `Cluster`'s workers: recordings split, normal equations gathered.
+
+`ShardedProblem` stands in for `diffsim.sysid.problem.Problem` (the methods and attributes `lm`, `adam`
+and `identify` use), so the solvers run unchanged on the driver. The recordings are split into
+contiguous shards, one per worker; each worker builds the `Problem` of its recordings once (all the
+starts, its Scene, buffers and captured graphs; kept between iterations) and, at each iteration,
+linearizes at the unknowns the driver broadcasts. Only the small blocks cross:
+
+  - sent: per start, the parameters and the shard's own nuisance blocks (`(nstart, nparam + nfree_k nblock)`);
+  - back: `cost`, `Htt`, `gt`, `changes` (summed: the worlds' residuals are disjoint), `Htn`, `Hnn`, `gn`
+    (per free world, concatenated in world order: a shard's worlds are a contiguous run of them), and
+    the residual autocorrelation's summed products `num` and squares `den`: `rho = sum num / sum den`
+    (the ratio of the pooled sums, as one process pools them over all its worlds; averaging the
+    shards' `rho` would weight them wrongly).
+
+The driver then solves exactly as one process does. The results equal one process's to float32
+rounding: each world's rollout is the same computation, and only the order of the float64 sums over
+worlds differs. Adam gathers the gradient the same way (costs and gradients summed).
+
+The residual weights are normalized over all the recordings on the driver (`worlds.column_weights`)
+and sent to the workers, so each shard weighs its residuals as one process would.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from .cluster import Cluster, Traffic, Worker, shards
+
+__all__ = ["ShardedProblem", "OnCluster", "check_shards"]
+
+@dataclass(frozen=True)
+class OnCluster:
+  """`identify(workers=OnCluster(cluster, n))`: the first `n` workers of a held cluster (None: all)."""
+
+  cluster: Cluster
+  workers: int | None = None
+
+
+_SUMMED = ("cost", "Htt", "gt", "changes", "num", "den")
+_PER_WORLD = ("Htn", "Hnn", "gn")
+
+
+def check_shards(workers: int, nrec: int) -> None:
+  """ValueError unless each of `workers` gets at least one of the `nrec` recordings."""
+  if workers > nrec:
+    raise ValueError(f"{workers} workers for {nrec} recordings: the recordings are split between the workers and "
+                     f"each needs at least one; pass workers <= {nrec}")
+
+
+class ShardedProblem:
+  """`Problem`'s interface over a cluster's workers, each holding the `Problem` of some recordings.
+
+  Args:
+    cluster: a `Cluster` (held open while this is used).
+    mjm: the host model; recs: validated recordings (`sysid.worlds.as_recordings`).
+    params: the rollout's `Param`s; the other arguments as `Problem`'s (`device` is each worker's).
+    workers: use the first `workers` of the cluster's workers (default: all, at most one per recording).
+
+  Attributes:
+    As `Problem`'s, on the driver: mjm, worlds, unknowns (host arrays of all the recordings), nstart,
+    nworld, nparam, nunknown, nresidual, nrollout, last_x; rollout (`.fd.central`, `.fd.nlane`);
+    buffers (`theta`, `theta_grad`: Adam's, on the driver's CPU).
+    traffic: `{"linearize": [Traffic per call], "gradient": [...], "other": [...]}`.
+  """
+
+  def __init__(self, cluster: Cluster, mjm, recs, params, *, weights, normalize: bool, shooting: int | None,
+               nstart: int, solver_settings=None, central: bool, eps, fit_qvel0: bool | None = None,
+               fit_qpos0: bool = False, workers: int | None = None):
+    import warp as wp
+
+    from ..sysid.parameters import param_columns
+    from ..sysid.worlds import Unknowns, Worlds, column_weights, segments
+
+    self.cluster = cluster
+    self.mjm = mjm
+    colw = column_weights(mjm, recs, weights, normalize)
+    segs = segments(recs, shooting)
+    self.worlds = Worlds(mjm, recs, segs, colw, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
+    bound = [copy.copy(p) for p in params]  # the workers bind their own (on their scenes)
+    for p in bound:
+      p.elements = p.resolve_elements(mjm)
+    self.unknowns = u = Unknowns(mjm, self.worlds, int(param_columns(bound, mjm).max(initial=-1)) + 1)
+    self.nstart = int(nstart)
+    self.nworld = self.nstart * self.worlds.nseg
+    self.nparam, self.nunknown, self.nresidual = u.nparam, u.nunknown, self.worlds.nresidual
+    if workers is not None:
+      check_shards(workers, len(recs))
+    nshard = cluster.use(min(cluster.workers, len(recs)) if workers is None else workers, len(recs))
+    # a shard's worlds are its recordings' segments, a contiguous run; so are its free worlds' blocks
+    seg_rec = np.array([sg.rec for sg in segs])
+    self._parts = shards(len(recs), nshard)
+    self._blocks = []
+    for part in self._parts:
+      mine = (seg_rec >= part.start) & (seg_rec < part.stop)
+      before = int(u.free[:int(np.argmax(mine))].sum())
+      nfree = int(u.free[mine].sum())
+      nblock = (mjm.nv if self.worlds.fit_qpos[mine].any() else 0) + (mjm.nv if self.worlds.fit_qvel[mine].any() else 0)
+      if nfree and nblock != u.nblock:
+        raise ValueError("the recordings mix initial states solved for in position and velocity with ones solved for "
+                         "in velocity only (some without qpos or qvel), which the shards cannot lay out alike: order "
+                         "the recordings so that each kind is together, or run in one process (workers=None)")
+      self._blocks.append(slice(u.nparam + before * u.nblock, u.nparam + (before + nfree) * u.nblock))
+    self._labels = [f"recordings {p.start}-{p.stop - 1}" for p in self._parts]
+    spec = dict(model=mjm, params=params, column_weight=colw, shooting=shooting, nstart=self.nstart,
+                solver_settings=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
+    self._spec = cluster.ship(spec, "sysid problem")
+    self._recs = [cluster.ship(list(recs[p.start:p.stop]), "recordings") for p in self._parts]
+    self.rollout = SimpleNamespace(fd=SimpleNamespace(central=bool(central), nlane=None))
+    self.buffers = SimpleNamespace(theta=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"),
+                                   theta_grad=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"))
+    self.scene = SimpleNamespace(device="cpu")  # where Adam's driver-side arrays live
+    self.nrollout = 0
+    self.last_x = None
+    self.traffic: dict[str, list[Traffic]] = {"linearize": [], "gradient": [], "other": []}
+
+  def _map(self, job, per_shard: list[tuple], kind: str, what: str) -> list:
+    args = [(self._spec, recs, *a) for recs, a in zip(self._recs, per_shard)]
+    outs = self.cluster.map(job, args, what=what, labels=self._labels)
+    self.traffic[kind].append(self.cluster.last_traffic)
+    return outs
+
+  def build(self) -> None:
+    """Builds every worker's problem now (else the first call does) and reads its lanes per world."""
+    outs = self._map(_info, [(False,)] * len(self._parts), "other", "sysid build")
+    self.rollout.fd.nlane = outs[0]["nlane"]
+
+  def linearize(self, x: np.ndarray, *, jacobian: str = "forward"):
+    """`Problem.linearize` over the shards: `NormalEquations` of each start at `x` `(nstart, nunknown)`."""
+    from ..sysid.normal import NormalEquations
+    from ..sysid.problem import autocorrelation
+
+    x = np.asarray(x, dtype=np.float64)
+    self.last_x = x.copy()
+    self.nrollout += 1
+    theta = x[:, :self.nparam]
+    per_shard = [(np.concatenate([theta, x[:, b]], axis=1), jacobian) for b in self._blocks]
+    outs = self._map(_linearize, per_shard, "linearize", f"sysid linearize ({jacobian})")
+    got = {k: sum(o[k] for o in outs) for k in _SUMMED}
+    u = self.unknowns
+    for k, tail in (("Htn", (self.nparam, u.nblock)), ("Hnn", (u.nblock, u.nblock)), ("gn", (u.nblock,))):
+      parts = [o[k] for o in outs if o[k].shape[1]]  # a shard without free worlds may have nblock 0
+      got[k] = np.concatenate(parts, axis=1) if parts else np.zeros((self.nstart, 0, *tail))
+    cost = np.where(np.isfinite(got["cost"]), got["cost"], np.inf)
+    bad = ~np.isfinite(cost)
+    for k in ("Htt", "gt", "Htn", "Hnn", "gn"):  # as one process zeroes a diverged start's Jacobian
+      got[k][bad] = 0.0
+    if self.rollout.fd.nlane is None:
+      self.rollout.fd.nlane = outs[0]["nlane"]
+    return NormalEquations(cost=cost, Htt=got["Htt"], Htn=got["Htn"], Hnn=got["Hnn"], gt=got["gt"], gn=got["gn"],
+                           rho=autocorrelation(got["num"], got["den"]), changes=got["changes"])
+
+  def gradient(self) -> np.ndarray:
+    """`Problem.gradient` over the shards: the cost of each start at `buffers.theta`, its gradient
+    (summed over the shards) into `buffers.theta_grad`."""
+    theta = self.buffers.theta.numpy()
+    outs = self._map(_gradient, [(theta,)] * len(self._parts), "gradient", "sysid gradient (Adam)")
+    self.nrollout += 1
+    self.buffers.theta_grad.assign(sum(o["grad"] for o in outs).astype(np.float32))
+    cost = sum(o["cost"] for o in outs)
+    return np.where(np.isfinite(cost), cost, np.inf)
+
+  def samples(self, start: int = 0) -> list[dict[str, np.ndarray]]:
+    """`Problem.samples`: the last rollout's signals per recording, gathered in recording order."""
+    outs = self._map(_samples, [(start,)] * len(self._parts), "other", "sysid samples")
+    return [rec for o in outs for rec in o]
+
+  @property
+  def forward_mode(self):
+    """What `identify` reads of the directional rollout: its lanes per world (`.fd.nlane`)."""
+    outs = self._map(_info, [(True,)] * len(self._parts), "other", "sysid info")
+    return SimpleNamespace(fd=SimpleNamespace(nlane=outs[0]["nlane"], central=self.rollout.fd.central))
+
+  def bytes_per_iteration(self) -> float:
+    """Mean bytes that crossed per linearization (one LM iteration), all workers together."""
+    calls = self.traffic["linearize"]
+    return float(np.mean([t.total for t in calls])) if calls else 0.0
+
+
+# -- the worker side --------------------------------------------------------------------------------
+
+
+def _problem(worker: Worker, spec, recs):
+  from ..sysid.problem import Problem
+
+  def build():
+    kw = dict(worker.resolve(spec))
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # the driver built the same worlds and warned already
+      # fresh Params: each problem binds its own (the shipped ones serve every shard this worker builds)
+      params = copy.deepcopy(kw.pop("params"))
+      return Problem(kw.pop("model"), worker.resolve(recs), params, weights=None, normalize=False,
+                     device=worker.device, **kw)
+
+  return worker.cached(("sysid", spec.token, recs.token), build)
+
+
+def _linearize(worker: Worker, spec, recs, x: np.ndarray, jacobian: str) -> dict:
+  prob = _problem(worker, spec, recs)
+  ne = prob.linearize(x, jacobian=jacobian)
+  num, den = prob.autocorrelation
+  return {"cost": ne.cost, "Htt": ne.Htt, "gt": ne.gt, "changes": ne.changes, "num": num, "den": den, "Htn": ne.Htn,
+          "Hnn": ne.Hnn, "gn": ne.gn, "nlane": prob.rollout.fd.nlane}
+
+
+def _gradient(worker: Worker, spec, recs, theta: np.ndarray) -> dict:
+  prob = _problem(worker, spec, recs)
+  prob.buffers.theta.assign(theta)
+  cost = prob.buffers.cost  # the raw sums (a shard's inf stays inf in the total)
+  prob.gradient()
+  return {"cost": cost.numpy().astype(np.float64), "grad": prob.buffers.theta_grad.numpy().astype(np.float64)}
+
+
+def _samples(worker: Worker, spec, recs, start: int) -> list:
+  return _problem(worker, spec, recs).samples(start)
+
+
+def _info(worker: Worker, spec, recs, directional: bool) -> dict:
+  prob = _problem(worker, spec, recs)
+  return {"nlane": (prob.forward_mode if directional else prob.rollout).fd.nlane}

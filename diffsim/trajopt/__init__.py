@@ -1,0 +1,36 @@
+"""Trajectory optimization of many worlds at once: Adam, L-BFGS and iLQR on MJWarp rollouts.
+
+A `TrajectoryProblem` is a scene, a horizon, initial states per world, a `Cost`, control bounds and
+an initial control guess. Every world is its own problem (its own initial state, targets and model
+parameters); the solvers advance all of them together:
+
+  - `"adam"`: first-order, gradients from `tape.backward()`, projected onto the control bounds
+    (the analytic adjoint where it covers the model, else the lanes: `Rollout`'s `gradient`);
+  - `"lbfgs"`: scipy's L-BFGS-B on the stacked controls (one host transfer per evaluation);
+  - `"ilqr"`: iterative LQR (Gauss-Newton on the cost, the step Jacobians `ro.jacobians()` of the
+    rollout as dynamics), box-constrained gains, a closed-loop line search and Levenberg-Marquardt
+    regularization, all per world.
+
+Adam and iLQR iterate without host copies: an iteration (forward, backward, update, bookkeeping)
+is captured once as a few graphs (`wp.ScopedCapture`) and replayed (iLQR on the CPU: its rollouts'
+step is one graph replayed per step, as capturing every step would cost seconds); the host reads
+the best cost per world only every `log_every` iterations, to update the progress bar and test for
+convergence. `optimize_trajectory` speaks as `diffsim.optim` says every diffsim optimizer does.
+
+Where things are: `problem.py` (the problem), `optimize.py` (`optimize_trajectory`, the methods),
+`result.py`, `solver.py` (the host loop the solvers share), `adam.py`, `lbfgs.py`, `ilqr/`.
+
+Example:
+  scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=4)
+  cost = [QposCost([0.0, np.pi], terminal=[1.0, 100.0]), QvelCost(0.0, terminal=[1.0, 10.0]), CtrlCost(0.1)]
+  problem = diffsim.TrajectoryProblem(scene, cost, horizon=200)  # swing up from hanging in 2 s
+  result = diffsim.optimize_trajectory(problem, method="ilqr")
+  result.x  # (nworld, horizon, nu) optimized controls
+"""
+
+from .optimize import METHODS as METHODS
+from .optimize import optimize_trajectory as optimize_trajectory
+from .problem import TrajectoryProblem as TrajectoryProblem
+from .result import TrajectoryResult as TrajectoryResult
+
+__all__ = ["TrajectoryProblem", "TrajectoryResult", "optimize_trajectory", "METHODS"]

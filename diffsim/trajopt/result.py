@@ -1,0 +1,40 @@
+"""`TrajectoryResult`: what `optimize_trajectory` returns (`diffsim.optim.OptimizeResult`'s fields and more)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import warp as wp
+
+from ..optim import OptimizeResult
+from ..rollout import Trajectory
+
+
+@dataclass(kw_only=True)
+class TrajectoryResult(OptimizeResult):
+  """What a trajectory solver returns, in scipy's style.
+
+  Attributes:
+    x: `(nworld, nstep, nu)` float32 optimized controls (the best found per world).
+    fun: `(nworld,)` cost of `x` per world.
+    nit: iterations run.
+    success: `(nworld,)` bool, the world met the convergence test before `maxiter` (L-BFGS:
+      scipy's `success` for the stacked problem, the same in every world, as they share its line
+      search).
+    message: summary of the termination.
+    history: `(nit + 1, nworld)` cost per iteration per world (row 0: the initial guess; Adam and
+      L-BFGS: cost of the iterate; iLQR: cost after the iteration's line search).
+    time: wall time, s.
+    method: solver name.
+    trajectory: `Trajectory` of `x` (device arrays owned by the result).
+    ctrl: `wp.array3d[float]` `(nworld, nstep, nu)`: `x` on the device, for warm starts.
+  """
+
+  trajectory: Trajectory
+  ctrl: wp.array = field(default=None, repr=False)
+
+  def __repr__(self) -> str:
+    return (f"TrajectoryResult(method={self.method!r}, nit={self.nit}, fun: median {np.median(self.fun):.4g} "
+            f"best {np.min(self.fun):.4g}, success {int(self.success.sum())}/{self.success.size}, "
+            f"message={self.message!r})")
