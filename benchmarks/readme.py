@@ -44,12 +44,12 @@ def _g(x: float) -> str:
   if x == 0:
     return "0"
   if abs(x) >= 1000 or abs(x) < 0.01:
-    return _e(x)
+    return sci(x)
   s = f"{float(f'{x:.2g}'):f}".rstrip("0").rstrip(".")
   return s
 
 
-def _e(x: float, digits: int = 1) -> str:
+def sci(x: float, digits: int = 1) -> str:
   """Scientific, exponent without padding: 2.8e-07 -> "2.8e-7"."""
   m, e = f"{x:.{digits}e}".split("e")
   return f"{m}e{int(e)}"
@@ -258,9 +258,9 @@ def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
   s = lambda x: f"{_g(x)} s"
   a, z = smooth[0], smooth[-1]
   txt = (f"smooth ({a['nparam']} parameters, {a['steps']} steps): max relative error diffsim "
-         f"{_span([r[k] for r in smooth for k in ('diffsim_err', 'directional_err')], _e)} "
+         f"{_span([r[k] for r in smooth for k in ('diffsim_err', 'directional_err')], sci)} "
          f"(truth within {_f(max(r[k] for r in smooth for k in ('diffsim_z', 'directional_z')), 1)} std), "
-         f"`mujoco.sysid` {_e(max(r['sysid_err'] for r in smooth), 0)}; "
+         f"`mujoco.sysid` {sci(max(r['sysid_err'] for r in smooth), 0)}; "
          f"{a['ntraj']} trajectory: diffsim {s(a['diffsim_s'])}, `jacobian=\"directional\"` ({a['directional_worlds']} "
          f"lanes instead of {a['diffsim_worlds']}) {s(a['directional_s'])}, `mujoco.sysid` {s(a['sysid_s'])}; "
          f"{z['ntraj']} trajectories: {s(z['diffsim_s'])}, {s(z['directional_s'])} and {s(z['sysid_s'])}")
@@ -269,10 +269,10 @@ def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
     conv = lambda k: "converged" if r[f"{k}_success"] else "not converged"
     txt += (f". At the limits ({r['nparam']} armatures, {r['ntraj']} trajectories of {r['steps']} steps, "
             f"{sum(1 for k in r['at_limit'] if k)} driven onto a limit): `mujoco.sysid` {s(r['sysid_s'])}, error "
-            f"{_e(r['sysid_err'], 0)}; diffsim's default {s(r['diffsim_s'])}, {_e(r['diffsim_err'])}, "
-            f"{conv('diffsim')}; `\"forward\"` alone {s(r['forward_s'])}, {_e(r['forward_err'])}, {conv('forward')}; "
+            f"{sci(r['sysid_err'], 0)}; diffsim's default {s(r['diffsim_s'])}, {sci(r['diffsim_err'])}, "
+            f"{conv('diffsim')}; `\"forward\"` alone {s(r['forward_s'])}, {sci(r['forward_err'])}, {conv('forward')}; "
             f"`\"directional\"` alone {s(r['directional_s'])} ({r['directional_nit']} iterations), "
-            f"{_e(r['directional_err'])}, {conv('directional')}")
+            f"{sci(r['directional_err'])}, {conv('directional')}")
   return (f"system identification vs `mujoco.sysid` (5-link arm; `{_cmd(argv)}`)", txt)
 
 

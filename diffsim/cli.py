@@ -60,7 +60,7 @@ def _weight(text: str):
     raise argparse.ArgumentTypeError(f"weight must be a number: {text!r}") from None
 
 
-def _episodes(text: str):
+def parse_episodes(text: str):
   """`0:10` -> slice(0, 10); `3`, `0,2,5`, `0:10,12` -> a list of episode indices."""
   parts = [p.strip() for p in text.split(",") if p.strip()]
   out = []
@@ -123,7 +123,7 @@ def _add_sysid(sub) -> None:
   p.add_argument("--max-steps-per-sample", type=int, default=None, metavar="N",
                  help="most model steps between two samples (default 500; longer intervals are refused as "
                       "likely times in milliseconds)")
-  p.add_argument("--episodes", type=_episodes, default=None, metavar="SPEC",
+  p.add_argument("--episodes", type=parse_episodes, default=None, metavar="SPEC",
                  help="LeRobot datasets: the episodes to use, e.g. 0:10 (0 to 9), 3, 0,2,5 or 0:10,12 (default all)")
   p.add_argument("--units", choices=("degrees", "normalized"), default=None,
                  help="LeRobot datasets: units of the body joints, degrees (use_degrees, LeRobot's default from "

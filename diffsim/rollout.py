@@ -360,6 +360,10 @@ class Rollout:
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
   `qvel0.grad`, `act0.grad` (for those that have `.grad`) and each `Param.value.grad`.
+
+  Attributes besides the arguments: `buffers`, the arrays a call writes (trajectory, step
+  Jacobians when linearized, the solver's accelerations `qacc` for the analytic adjoint); `ncall`,
+  the calls so far, so a holder of an earlier call's outputs can tell that they were overwritten.
   """
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
@@ -384,9 +388,9 @@ class Rollout:
                                      ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard,
                                      lazy=analytic)
       self.check = check
-      self._buf = _Buffers(scene, self.nstep, self.fd, analytic)
+      self.buffers = _Buffers(scene, self.nstep, self.fd, analytic)
       # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
-      self._switches = self._buf.switches
+      self._switches = self.buffers.switches
       # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
       # use: put_data inside a graph capture would be recorded instead of run
       self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
@@ -408,7 +412,7 @@ class Rollout:
 
   def __call__(self, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, linearize: bool = False,
                tangent0=None) -> Trajectory:
-    return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self._buf, linearize=linearize,
+    return self.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0, buffers=self.buffers, linearize=linearize,
                     tangent0=tangent0)
 
   def update_constants(self) -> None:
@@ -426,7 +430,7 @@ class Rollout:
     Rollout whose tape gradients are analytic makes them on its first `linearize=True` call;
     call this first when that call will be captured (iLQR, Gauss-Newton)."""
     if self.fd.differentiable and not self.fd.ndir:
-      self._buf.jacobian_buffers()
+      self.buffers.jacobian_buffers()
       self.fd.data
       self.layout.reserve(self.fd.nlane)
       if self.adjoint is not None:
@@ -436,10 +440,10 @@ class Rollout:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
     if self.fd.ndir:
       raise RuntimeError("a Rollout built with directions= forms tangents, not step Jacobians; read tangents()")
-    if self._buf.jac is None:
+    if self.buffers.jac is None:
       raise RuntimeError("no step Jacobians yet: this Rollout takes tape gradients from the analytic adjoint; "
                          "call it with linearize=True first")
-    return self._buf.jac, self._buf.sjac
+    return self.buffers.jac, self.buffers.sjac
 
   def switches(self) -> wp.array:
     """`(nworld, nstep + 1)` int: per world and step of the last differentiable call, the Jacobian
@@ -454,7 +458,7 @@ class Rollout:
     `dS` `(nworld, nstep + 1, nsensordata, m)`, column `c` the derivative along direction `c`."""
     if not self.fd.ndir:
       raise RuntimeError("tangents() needs a Rollout built with directions=m (forward mode)")
-    return self._buf.jac, self._buf.sjac
+    return self.buffers.jac, self.buffers.sjac
 
   def run(self, ctrl, *, qpos0=None, qvel0=None, act0=None, buffers=None, linearize: bool = False,
           tangent0=None) -> Trajectory:
@@ -511,10 +515,10 @@ class Rollout:
     (e.g. a tangent-linear sweep over the step Jacobians); they read the step just formed as
     `k0 + count[0]` (`count`: `(1,)` int device array).
     """
-    call = self._prepare(ctrl, qpos0, qvel0, act0, self._buf, differentiate=linearize, tangent0=tangent0,
+    call = self._prepare(ctrl, qpos0, qvel0, act0, self.buffers, differentiate=linearize, tangent0=tangent0,
                          linearize=linearize)
     if linearize:
-      self._switches = self._buf.switches
+      self._switches = self.buffers.switches
     count = call.stepper.count
 
     def step():

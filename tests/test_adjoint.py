@@ -76,7 +76,7 @@ def test_replay_equals_mjwarp(smooth, limited, coupled, implicitfast):
     with wp.Tape():
       traj = ro(u, act0=act0, **kw)
     ro.adjoint.rebuild()
-    ro.adjoint.replay(traj, ro._buf.qacc, 0, 0, True)
+    ro.adjoint.replay(traj, ro.buffers.qacc, 0, 0, True)
     # MJWarp at the same state
     d = mjw.put_data(scene.mjm, mujoco.MjData(scene.mjm), nworld=n)
     for name in ("qpos", "qvel", "act"):
@@ -162,7 +162,7 @@ def test_selection(cartpole, so101, caplog):
   """`auto` takes the analytic adjoint where it covers the model and says why not where it does
   not; `analytic` on an uncovered model is an error naming the feature, before any kernel runs."""
   ro = diffsim.Rollout(cartpole, 5)
-  assert ro.gradient == "analytic" and ro._buf.jac is None  # no Jacobians stored
+  assert ro.gradient == "analytic" and ro.buffers.jac is None  # no Jacobians stored
   with caplog.at_level(logging.INFO, logger="diffsim"):
     ro = diffsim.Rollout(so101, 5)
   assert ro.gradient == "finite_difference" and "contacts" in ro.gradient_reason

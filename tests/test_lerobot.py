@@ -326,11 +326,11 @@ def test_cli_refuses_bad_datasets_before_any_kernel(setup, tmp_path, capsys):
 
 
 def test_cli_episode_specs():
-  assert cli._episodes("0:10") == list(range(10))
-  assert cli._episodes("3") == [3]
-  assert cli._episodes("0,2,5") == [0, 2, 5]
-  assert cli._episodes("0:3,12") == [0, 1, 2, 12]
-  assert cli._episodes("4:") == slice(4, None)
+  assert cli.parse_episodes("0:10") == list(range(10))
+  assert cli.parse_episodes("3") == [3]
+  assert cli.parse_episodes("0,2,5") == [0, 2, 5]
+  assert cli.parse_episodes("0:3,12") == [0, 1, 2, 12]
+  assert cli.parse_episodes("4:") == slice(4, None)
 
 
 # -- recovery of the servos ------------------------------------------------------------------------------------------

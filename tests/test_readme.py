@@ -51,7 +51,7 @@ def test_readme_check_fails_on_a_changed_result(tmp_path):
   hum["grad_err"]["ctrl"] *= 3.0
   (results / "contact_gradients_cpu.json").write_text(json.dumps(sweep))
   changed = readme.render(text, str(results))
-  assert changed != text and readme._e(hum["grad_err"]["ctrl"]) in changed  # 7.1e-3 -> 2.1e-2
+  assert changed != text and readme.sci(hum["grad_err"]["ctrl"]) in changed  # 7.1e-3 -> 2.1e-2
   readme_copy = tmp_path / "README.md"
   readme_copy.write_text(text)
   assert readme.main(["--check", "--readme", str(readme_copy), "--results", str(results)]) == 1
