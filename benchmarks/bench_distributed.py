@@ -234,25 +234,12 @@ def bench_trajopt(cluster, nworld: int, duration: float, iters: int, repeats: in
 def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "directional") -> dict:
   import warnings
 
-  import mujoco
-
   from diffsim import sysid
 
   from . import bench_sysid as bs
 
   prob = bs.Problem(ntraj, steps)
-  # bench_sysid's run_diffsim's inputs: the initial guess, the recordings, its sensor weights and bounds
-  guess = mujoco.MjModel.from_xml_string(bs.ARM_XML)
-  field = {"armature": guess.dof_armature, "damping": guess.dof_damping}
-  for i, kind in enumerate(prob.kinds):
-    field[kind][:] = prob.guess[len(bs.JOINTS) * i:len(bs.JOINTS) * (i + 1)]
-  names = prob.diffsim_params()
-  recs = [{"time": prob.time, "ctrl": c, "sensordata": d, "qpos0": prob.mjm.qpos0.copy(),
-           "qvel0": np.zeros(prob.mjm.nv), "source": f"traj{k}"}
-          for k, (c, d) in enumerate(zip(prob.ctrl, prob.sensordata))]
-  weights = {f"sensor:{mujoco.mj_id2name(prob.mjm, mujoco.mjtObj.mjOBJ_SENSOR, j)}": float(prob.weight[j])
-             for j in range(prob.mjm.nsensor)}
-  bounds = {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)}
+  guess, recs, names, weights, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
   kw = dict(bounds=bounds, weights=weights, normalize=False, maxiter=iters, device="cpu", jacobian=jacobian,
             progress=False)
   calls = []  # (what, Traffic) of every map the driver makes

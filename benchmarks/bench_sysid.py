@@ -290,10 +290,9 @@ def run_mujoco_sysid(prob: Problem, iters: int) -> dict:
           "fun": float(res.extras["objective"][-1])}
 
 
-def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> dict:
-  """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian`."""
-  from diffsim import sysid
-
+def identify_inputs(prob: Problem):
+  """`diffsim.sysid.identify`'s inputs for `prob`: the initial-guess model, the recordings, the
+  parameter names, one weight per sensor and the bounds."""
   guess = mujoco.MjModel.from_xml_string(ARM_XML)
   field = {"armature": guess.dof_armature, "damping": guess.dof_damping}
   for i, kind in enumerate(prob.kinds):
@@ -305,6 +304,14 @@ def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> di
   weights = {f"sensor:{mujoco.mj_id2name(prob.mjm, mujoco.mjtObj.mjOBJ_SENSOR, s)}": float(prob.weight[s])
              for s in range(prob.mjm.nsensor)}
   bounds = {n: (float(lo), float(hi)) for n, lo, hi in zip(names, prob.lower, prob.upper)}
+  return guess, recs, names, weights, bounds
+
+
+def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> dict:
+  """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian`."""
+  from diffsim import sysid
+
+  guess, recs, names, weights, bounds = identify_inputs(prob)
   t0 = time.perf_counter()
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", sysid.IdentifiabilityWarning)  # tiny warm-up problems
