@@ -15,9 +15,11 @@ implicitfast integrators take it:
 actuator, passive and constraint forces (joint limits, dof friction and joint equalities: rows whose
 force is `-D (J a - aref)` in the quadratic regime, a constant in the linear one), `B` the dof damping
 (Euler; none when `eulerdamp` is off) or minus implicitfast's `qDeriv` (damping and the actuators'
-velocity gains). By the implicit function theorem two dense solves per step,
+velocity gains; on a free body, a tree of one free joint, also its bias force's velocity derivative,
+the gyroscopic term, which makes that 6 x 6 block unsymmetric). By the implicit function theorem two
+dense solves per step,
 
-  (M + h B) mu = a_bar_e,     (M + J^T D J) lambda = -J^T D J mu,
+  (M + h B)^T mu = a_bar_e,     (M + J^T D J) lambda = -J^T D J mu,
 
 give every upstream adjoint as the reverse pass of the replayed kernels seeded `-mu` on
 `tau_ID(a_e) + h B a_e`, `-lambda` on `tau_ID(a)` and `mu + lambda` on `f`. The solver's iterations
@@ -37,7 +39,7 @@ import mujoco
 import numpy as np
 import warp as wp
 
-from mujoco_warp._src.types import vec5, vec10, vec12
+from mujoco_warp._src.types import mat66, vec5, vec6, vec10, vec12
 
 from .joints import BALL, FREE, HINGE, SLIDE
 from .params import flat_rows, model_field
@@ -79,9 +81,8 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   integrator = int(mjm.opt.integrator)
   if integrator not in (int(mujoco.mjtIntegrator.mjINT_EULER), int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)):
     return f"the {mujoco.mjtIntegrator(integrator).name[6:].lower()} integrator (Euler and implicitfast only)"
-  if integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST) and (mjm.jnt_type == FREE).any():
-    # MJWarp solves free bodies' rows with their gyroscopic velocity derivative (implicit_free_body)
-    return "free joints with the implicitfast integrator"
+  if mjm.opt.enableflags & mujoco.mjtEnableBit.mjENBL_SLEEP:
+    return "sleeping bodies (the sleep enable flag)"
   from .scene import can_make_contacts
 
   constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
@@ -793,6 +794,65 @@ def _damping_term(
   out[w, d] = h_damp * bdiag[w, d] * qacc[w, d]
 
 
+@wp.func
+def _free_gyro(crb: vec10, R: wp.mat33, s: wp.vec3, qvel_rot: wp.vec3, a_rot: wp.vec3) -> wp.spatial_vector:
+  """`(d qfrc_bias / d qvel) a` for a free rigid subtree, whose bias force depends on the velocity
+  through its angular part only: MuJoCo's `mjd_freeMhat` (MJWarp's `free_bias_vel_blocks`).
+  `crb`: the subtree's composite inertia about its com, `R`: the body frame, `s`: com - body origin,
+  `qvel_rot`, `a_rot`: the free joint's angular velocity and the vector's angular part (body frame)."""
+  mass = crb[9]
+  Iw = wp.mat33(crb[0], crb[3], crb[4], crb[3], crb[1], crb[5], crb[4], crb[5], crb[2])
+  w = R @ qvel_rot
+  K = wp.outer(s, w) - wp.identity(3, float) * wp.dot(w, s) + wp.skew(wp.cross(w, s))
+  C = -mass * (wp.skew(s) @ K) + wp.skew(w) @ Iw - wp.skew(Iw @ w)
+  lin = -mass * ((K @ R) @ a_rot)
+  rot = (wp.transpose(R) @ C @ R) @ a_rot
+  return wp.spatial_vector(lin[0], lin[1], lin[2], rot[0], rot[1], rot[2])
+
+
+@wp.kernel
+def _free_crb(
+  # Model:
+  body_subtreenum: wp.array[int],
+  free_body: wp.array[int],  # (nfree,) bodies whose tree is one free joint (MJWarp's body_freeadr)
+  # In:
+  cinert: wp.array2d[vec10],
+  # Out (zeroed):
+  crb_out: wp.array2d[vec10],  # (nworld, nfree) composite inertia of the free body's rigid subtree
+):
+  w, f = wp.tid()
+  b = free_body[f]
+  for j in range(b, b + body_subtreenum[b]):
+    wp.atomic_add(crb_out, w, f, cinert[w, j])
+
+
+@wp.kernel
+def _free_gyro_term(
+  # Model:
+  body_dofadr: wp.array[int],
+  free_body: wp.array[int],
+  h_damp: float,
+  # In:
+  crb: wp.array2d[vec10],
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  com: wp.array2d[wp.vec3],
+  qvel: wp.array2d[float],
+  qacc_e: wp.array2d[float],
+  # Out:
+  out: wp.array2d[float],  # (nworld, nv) `h B a_e`: adds the free bodies' gyroscopic part
+):
+  """implicitfast integrates free bodies' gyroscopic forces implicitly: `h (d qfrc_bias / d qvel) a_e`
+  joins the damping term on their rows."""
+  w, f = wp.tid()
+  b = free_body[f]
+  d = body_dofadr[b]
+  g = _free_gyro(crb[w, f], xmat[w, b], com[w, b] - xpos[w, b], wp.vec3(qvel[w, d + 3], qvel[w, d + 4], qvel[w, d + 5]),
+                 wp.vec3(qacc_e[w, d + 3], qacc_e[w, d + 4], qacc_e[w, d + 5]))
+  for i in range(6):
+    wp.atomic_add(out, w, d + i, h_damp * g[i])
+
+
 @wp.kernel
 def _site_frames(
   # Model:
@@ -1209,6 +1269,104 @@ def _damped_acceleration(
 
 
 @wp.func
+def _solve6(A: mat66, b: vec6) -> vec6:
+  """`A^-1 b` by Gaussian elimination with partial pivoting."""
+  for k in range(6):
+    p = k
+    for i in range(k + 1, 6):
+      if wp.abs(A[i, k]) > wp.abs(A[p, k]):
+        p = i
+    if p != k:
+      for j in range(6):
+        t = A[k, j]
+        A[k, j] = A[p, j]
+        A[p, j] = t
+      t = b[k]
+      b[k] = b[p]
+      b[p] = t
+    for i in range(k + 1, 6):
+      f = A[i, k] / A[k, k]
+      for j in range(k, 6):
+        A[i, j] = A[i, j] - f * A[k, j]
+      b[i] = b[i] - f * b[k]
+  x = vec6(0.0)
+  for ii in range(6):
+    i = 5 - ii
+    s = b[i]
+    for j in range(i + 1, 6):
+      s -= A[i, j] * x[j]
+    x[i] = s / A[i, i]
+  return x
+
+
+@wp.kernel(enable_backward=False)
+def _free_body_acceleration(
+  # Model:
+  body_dofadr: wp.array[int],
+  free_body: wp.array[int],
+  h_damp: float,
+  # In:
+  bdiag: wp.array2d[float],
+  M: wp.array3d[float],
+  crb: wp.array2d[vec10],  # (nworld, nfree)
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  com: wp.array2d[wp.vec3],
+  qvel: wp.array2d[float],
+  qacc: wp.array2d[float],
+  # Out:
+  A_out: wp.array2d[mat66],  # (nworld, nfree) M + h B of each free body's rows (not symmetric)
+  qacc_e_out: wp.array2d[float],  # the free bodies' rows of `_damped_acceleration`'s result
+):
+  """implicitfast's free bodies (trees of one free joint, decoupled in M): `a_e = A^-1 M a` with
+  `A = M + h (damping + d qfrc_bias / d qvel)`, MJWarp's `implicit_free_body`."""
+  w, f = wp.tid()
+  b = free_body[f]
+  d = body_dofadr[b]
+  A = mat66(0.0)
+  rhs = vec6(0.0)
+  for r in range(6):
+    for c in range(6):
+      A[r, c] = M[w, d + r, d + c]
+      rhs[r] = rhs[r] + M[w, d + r, d + c] * qacc[w, d + c]
+    A[r, r] = A[r, r] + h_damp * bdiag[w, d + r]
+  s = com[w, b] - xpos[w, b]
+  omega = wp.vec3(qvel[w, d + 3], qvel[w, d + 4], qvel[w, d + 5])
+  for c in range(3):
+    e = wp.vec3(0.0)
+    e[c] = 1.0
+    g = _free_gyro(crb[w, f], xmat[w, b], s, omega, e)
+    for r in range(6):
+      A[r, 3 + c] = A[r, 3 + c] + h_damp * g[r]
+  A_out[w, f] = A
+  x = _solve6(A, rhs)
+  for r in range(6):
+    qacc_e_out[w, d + r] = x[r]
+
+
+@wp.kernel(enable_backward=False)
+def _free_body_mu(
+  # Model:
+  body_dofadr: wp.array[int],
+  free_body: wp.array[int],
+  opt_timestep: float,
+  # In:
+  A: wp.array2d[mat66],
+  lam_v: wp.array2d[float],
+  # Out:
+  mu_out: wp.array2d[float],  # the free bodies' rows of `_integrator_vjp`'s `mu`: `A^-T h lam_v`
+):
+  w, f = wp.tid()
+  d = body_dofadr[free_body[f]]
+  rhs = vec6(0.0)
+  for r in range(6):
+    rhs[r] = opt_timestep * lam_v[w, d + r]
+  x = _solve6(wp.transpose(A[w, f]), rhs)
+  for r in range(6):
+    mu_out[w, d + r] = x[r]
+
+
+@wp.func
 def _rotation(phi: wp.vec3) -> wp.mat33:
   """Rotation matrix of the rotation vector `phi`."""
   theta = wp.length(phi)
@@ -1612,6 +1770,12 @@ class AnalyticStep:
       self.h_damp = 0.0 if off & every == every else h
     else:
       self.h_damp = 0.0 if off & (dsbl.mjDSBL_EULERDAMP | dsbl.mjDSBL_DAMPER) else h
+    # implicitfast's free bodies (a tree of one free joint, MJWarp's `body_freeadr`) also integrate
+    # their gyroscopic forces implicitly
+    free = [b for b in range(1, nb) if mjm.body_jntnum[b] == 1 and mjm.jnt_type[mjm.body_jntadr[b]] == FREE
+            and mjm.tree_dofnum[mjm.dof_treeid[mjm.body_dofadr[b]]] == 6] if implicitfast and self.h_damp else []
+    self.nfree = len(free)
+    self.free_body = wp.array(np.array(free, np.int32), dtype=int, device=dev)
     constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
     limited = [j for j in range(nj) if mjm.jnt_limited[j] and mjm.jnt_type[j] in (HINGE, SLIDE)]
     if not constraints_on or off & dsbl.mjDSBL_LIMIT:
@@ -1662,7 +1826,8 @@ class AnalyticStep:
     self.force = arr((n, nv))
     self.damp = arr((n, nv))
     self.bdiag = bdiag = arr((n, nv))
-    accumulated = [stmass, stmom, cvel, cvel_pre, qfrc_actuator, qfrc_constraint, jtdj, bdiag]
+    crb_free = arr((n, max(self.nfree, 1)), vec10)
+    accumulated = [stmass, stmom, cvel, cvel_pre, qfrc_actuator, qfrc_constraint, jtdj, bdiag, crb_free]
 
     # segment "state": what the sensors need and the forces that do not depend on acceleration
     gravity_on = 0.0 if off & dsbl.mjDSBL_GRAVITY else 1.0
@@ -1673,6 +1838,8 @@ class AnalyticStep:
     P.launch("state", _subtree_sums, n, [m.body_subtreenum, m.body_mass, xipos], [stmass, stmom])
     P.launch("state", _subtree_com, (n, nb), [xipos, stmass, stmom], [com])
     P.launch("state", _cinert, (n, nb), [m.body_rootid, m.body_mass, m.body_inertia, xipos, ximat, com], [cinert])
+    if self.nfree:
+      P.launch("state", _free_crb, (n, self.nfree), [m.body_subtreenum, self.free_body, cinert], [crb_free])
     P.launch("state", _cdof, (n, nj), [m.body_rootid, m.jnt_type, m.jnt_dofadr, m.jnt_bodyid, xmat, xanchor, xaxis,
                                        com], [cdof])
     P.launch("state", _velocities, n, [self.body_dof, self.dof_pre, self.qvel, cdof], [cvel, cvel_pre])
@@ -1720,6 +1887,9 @@ class AnalyticStep:
     self.tau_e, self.tau_a = arr((n, nv)), arr((n, nv))
     rne(self.qacc_e, self.tau_e)
     P.launch("step", _damping_term, (n, nv), [self.h_damp, bdiag, self.qacc_e], [self.damp])
+    if self.nfree:
+      P.launch("step", _free_gyro_term, (n, self.nfree), [m.body_dofadr, self.free_body, self.h_damp, crb_free, xpos,
+                                                          xmat, com, self.qvel, self.qacc_e], [self.damp])
     refsafe = 0 if off & dsbl.mjDSBL_REFSAFE else 1
     if limited:
       self.limited = wp.array(np.array(limited, np.int32), dtype=int, device=dev)
@@ -1749,6 +1919,8 @@ class AnalyticStep:
                        damp=self.damp, force=self.force)
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
     self.crb = z((n, nb), vec10)
+    self.free_frames = (crb_free, xpos, xmat, com)
+    self.A_free = z((n, max(self.nfree, 1)), mat66)
     self.M, self.L, self.L_h = z((n, nv, nv)), z((n, nv, nv)), z((n, nv, nv))
     self.mu, self.lam_a = z((n, nv)), z((n, nv))
     self.lam_q, self.lam_v = z((n, nv)), z((n, nv))
@@ -1772,6 +1944,10 @@ class AnalyticStep:
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, self.h_damp, self.bdiag,
                       self.cinert, self.cdof, self.crb], outputs=[self.M, self.L])
     wp.launch(_damped_acceleration, dim=n, device=s.device, inputs=[self.M, self.L, self.qacc], outputs=[self.qacc_e])
+    if self.nfree:
+      wp.launch(_free_body_acceleration, dim=(n, self.nfree), device=s.device,
+                inputs=[m.body_dofadr, self.free_body, self.h_damp, self.bdiag, self.M, *self.free_frames, self.qvel,
+                        self.qacc], outputs=[self.A_free, self.qacc_e])
     P.forward("step")
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
@@ -1795,6 +1971,9 @@ class AnalyticStep:
         wp.launch(_integrator_vjp, dim=n, device=s.device,
                   inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, traj.qvel, lam, self.L],
                   outputs=[self.mu, self.lam_q, self.lam_v])
+        if self.nfree:
+          wp.launch(_free_body_mu, dim=(n, self.nfree), device=s.device,
+                    inputs=[s.model.body_dofadr, self.free_body, s.dt, self.A_free, self.lam_v], outputs=[self.mu])
         if self.constrained:
           wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[self.M, self.jtdj, self.mu],
                     outputs=[self.L_h, self.lam_a])

@@ -258,3 +258,18 @@ IMPLICITFAST = (SMOOTH.replace('<option timestep="0.005"/>', '<option timestep="
                 .replace('    <general name="integ" joint="fh" dyntype="integrator" gainprm="0.3" ctrllimited="true" '
                          'ctrlrange="-1 1"/>\n', "")
                 .replace('    <framequat name="floater_quat" objtype="body" objname="floater"/>\n', ""))
+
+# SMOOTH integrated with implicitfast, plus a tumbling free body with a welded fin (a tree of one free
+# joint: implicitfast integrates its gyroscopic forces implicitly) under damping and a motor.
+IMPLICITFAST_FREE = (SMOOTH.replace('<option timestep="0.005"/>', '<option timestep="0.005" integrator="implicitfast"/>')
+                     .replace('  </worldbody>', '''    <body name="tumbler" pos="1 0 1" euler="0.2 0.4 0">
+      <joint name="tumble" type="free" damping="0.02"/>
+      <geom type="box" size="0.12 0.05 0.02" mass="0.5"/>
+      <body name="fin" pos="0.08 0.04 0.02" euler="0.5 0 0.3">
+        <geom type="box" size="0.04 0.03 0.01" mass="0.15"/>
+      </body>
+    </body>
+  </worldbody>''')
+                     .replace('  </actuator>', '    <motor name="twist" joint="tumble" gear="0.1 0 0.05 0.2 0.1 0"/>\n  </actuator>')
+                     .replace('  </sensor>', '    <framequat name="tumbler_quat" objtype="body" objname="tumbler"/>\n'
+                              '    <frameangvel name="fin_angvel" objtype="xbody" objname="fin"/>\n  </sensor>'))
