@@ -14,8 +14,9 @@ For each model and world count it measures, in one process:
     finite-difference adjoint comes to its own lower bound of one MJWarp step per lane);
   - `mujoco.rollout` (MuJoCo C, float64) with one thread per CPU this process may use and with
     one thread (diffsim's CPU kernels run on one thread), and raw `mjw.step` and `mujoco.rollout`
-    on the model as its MJCF writes it: its own solver tolerance, where diffsim's scene runs every
-    iteration (tolerance 0, so that all lanes take the same path), which the other columns share;
+    on the model as its MJCF writes it: its own solver tolerance (floored at 1e-6 by MJWarp), where
+    diffsim's scene stops at 1e-12 (`SolverSettings`: far below float32's resolution, so that all
+    lanes solve alike; `tolerance` in each row), which the other columns share;
   - `fwd_spread`: (max - min) / median of the captured forward's repeats;
   - one-time costs, apart from the steady state: `compile_s`, per model, the first forward and
     gradient call minus a second one at 1 world and 2 steps (Warp kernel compilation, or loading
@@ -177,8 +178,8 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   eager = _time(lambda: fwd(ctrl), repeats)
   replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
   replay_raw = _graph(scene.device, raw_mjwarp(scene, u))
-  # the model as its MJCF writes it: diffsim runs every solver iteration (tolerance 0, so that all
-  # lanes take the same path); a user's own MJWarp or MuJoCo loop stops at the model's tolerance
+  # the model as its MJCF writes it: diffsim's scene solves to its own tolerance (so that all lanes
+  # solve alike); a user's own MJWarp or MuJoCo loop stops at the model's
   user = mujoco.MjModel.from_xml_path(MODELS[model]())
   replay_user = _graph(scene.device, raw_mjwarp(scene, u, user))
   times = _alternate({"fwd": replay_fwd, "raw": replay_raw, "user": replay_user}, max(repeats, 3))
@@ -197,7 +198,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
     grad = _time(_graph(scene.device, gradient), repeats)
 
   # MuJoCo C, float64: one thread, and one thread per CPU this process may use; on diffsim's model
-  # (tolerance 0) and on the model as written
+  # (its tolerance) and on the model as written
   nthread = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
   u64 = u.astype(np.float64)
   c_times = {}
@@ -212,7 +213,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   ws = nworld * nstep
   return {
     "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": nlane,
-    "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
+    "tolerance": float(scene.solver.tolerance), "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
     "mjw_step_user_wsps": ws / raw_user,
     "mujoco_rollout_wsps": ws / c_times[""], "mujoco_rollout_nthread": nthread,
     "mujoco_rollout_1thread_wsps": ws / c_times["_1thread"], "mujoco_rollout_user_wsps": ws / c_times["_user"],
@@ -307,9 +308,9 @@ def table(rows: list[dict]) -> str:
       f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {_fmt(r.get('fwd_spread'), '.2f')} | "
       f"{_fmt(r.get('compile_s'), '.1f')} |")
   lines.append("")
-  lines.append("As written: the MJCF's own solver tolerance (diffsim runs every iteration, tolerance 0, so that "
-               "all perturbation lanes take the same solver path). fwd spread: (max - min) / median of the "
-               "captured forward's repeats.")
+  lines.append(f"As written: the MJCF's own solver tolerance; the other columns run diffsim's (tolerance "
+               f"{rows[0].get('tolerance', 0.0):g}, so that all perturbation lanes solve alike). fwd spread: "
+               "(max - min) / median of the captured forward's repeats.")
   return "\n".join(lines)
 
 

@@ -113,6 +113,13 @@ def distributed(results: str) -> str:
   return table(stored["rows"]) + "\n\nEach job's run:\n" + runs
 
 
+def tolerance(results: str) -> str:
+  """The constraint solver's tolerance, zero against diffsim's (`bench_tolerance.py`)."""
+  from .bench_tolerance import table
+
+  return table(_load(results, "tolerance_cpu.json"))
+
+
 # -- benchmarks --------------------------------------------------------------------------------------
 
 _NAMES = {"cartpole": "cart-pole", "so101": "SO-101", "humanoid": "humanoid"}
@@ -124,6 +131,7 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
   sizes = sorted({r["nworld"] for r in roll})
   lo, hi = sizes[0], sizes[-1]
   one = [m for m in ("cartpole", "so101") if (m, lo) in by]
+  tol = roll[0].get("tolerance", 0.0)  # diffsim's solver tolerance in that run (0 before it was recorded)
   out = []
 
   ratio = lambda r: r["fwd_captured_wsps"] / r["fwd_eager_wsps"]
@@ -147,10 +155,10 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
     worst = max(models, key=lambda m: by[(m, hi)]["fwd_over_user"])
     w = by[(worst, hi)]
     out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
-                "solver tolerance; diffsim runs every solver iteration so that all lanes take the same path)",
+                f"solver tolerance; diffsim's is {tol:g}, so that all lanes solve alike)",
                 f"raw MJWarp is faster than diffsim by {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
                 f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
-                f"tolerance 0 on the {_NAMES[worst]} at {hi} worlds"))
+                f"tolerance {tol:g} on the {_NAMES[worst]} at {hi} worlds"))
   nthread = roll[0].get("mujoco_rollout_nthread", "all")
   parts = []
   for m in models:
@@ -159,7 +167,7 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
       parts.append(f"{_NAMES[m]} {_f(v[lo])}x at {lo} world, {_f(v[hi])}x at {hi}")
     else:
       parts.append(f"{_NAMES[m]} {_span(list(v.values()))}x")
-  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance 0 like diffsim; 1 thread in "
+  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance {tol:g} like diffsim; 1 thread in "
               "`cpu.md`)", "diffsim's speed relative to it: " + "; ".join(parts)))
   parts = []
   for m in models:
@@ -303,6 +311,7 @@ BLOCKS = {
   "benchmarks": (benchmarks, ("cpu.json",)),
   "adjoint": (adjoint, ("adjoint_cpu.json",)),
   "distributed": (distributed, ("distributed_cpu.json",)),
+  "tolerance": (tolerance, ("tolerance_cpu.json",)),
 }
 
 

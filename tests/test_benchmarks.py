@@ -40,6 +40,21 @@ def test_bench_adjoint_runs_tiny(tmp_path):
   assert "| cartpole | 2 |" in bench_adjoint.table(rows)
 
 
+def test_bench_tolerance_runs_tiny(tmp_path):
+  """The solver-tolerance comparison's rows (timings are for benchmarks/, not asserted): the cart-pole
+  needs fewer solver iterations at 1e-12 than at 0, and its gradient error is the same at both."""
+  from benchmarks import bench_tolerance
+
+  rows = bench_tolerance.main(["--device", "cpu", "--models", "cartpole", "--nworld", "2", "--nstep", "5",
+                               "--repeats", "1", "--no-reach", "--out", str(tmp_path)])
+  assert json.loads((tmp_path / "tolerance_cpu.json").read_text()) == rows
+  (r,) = rows
+  assert r["iterations_mean_1e-12"] < r["iterations_mean_0"]  # measured 1.0 against 2.0
+  for k, e in r["grad_err_0"].items():
+    assert abs(r["grad_err_1e-12"][k] - e) <= 0.1 * e, (k, r)
+  assert "| cartpole |" in bench_tolerance.table(rows)
+
+
 def test_bench_trajopt_runs_tiny(tmp_path):
   from benchmarks import bench_trajopt
 

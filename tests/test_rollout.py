@@ -54,7 +54,7 @@ def test_contact_model_matches_mj_step_and_raw_mjwarp(sliding_box):
   u = (6.0 + 0.5 * np.random.default_rng(3).standard_normal((sliding_box.nworld, 200, 1))).astype(np.float32)
   traj = diffsim.rollout(sliding_box, wp.array(u, dtype=float))
   qpos = traj.qpos.numpy()
-  # raw MJWarp, as a user would step it (its own solver tolerance, not diffsim's fixed iterations)
+  # raw MJWarp, as a user would step it (its own solver tolerance, not diffsim's)
   with wp.ScopedDevice(sliding_box.device):
     mjm = copy.deepcopy(m)
     mjm.opt.tolerance = 1e-8

@@ -67,12 +67,13 @@ def site_positions(mjm: mujoco.MjModel, qpos: np.ndarray) -> np.ndarray:
 
 
 def reach_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None,
-                  target_spread: float | None = None, contacts: bool = True):
+                  target_spread: float | None = None, contacts: bool = True, tolerance: float | None = None):
   """Scene, problem and targets of the reach. Returns `(problem, targets (nworld, 3))`.
 
   Targets are the site positions of random configurations; with `target_spread` (rad), of the
   start configuration moved by up to that much per joint (reachable within a short horizon).
-  `contacts=False` turns self-collision off.
+  `contacts=False` turns self-collision off. `tolerance`: the constraint solver's (default 0: every
+  lane runs the whole budget of 4 iterations; `benchmarks/bench_tolerance.py` compares 1e-12).
   """
   spec = diffsim.losses.add_site_sensors(diffsim.asset_path("so101", "so101_new_calib.xml"), [SITE])
   if timestep:
@@ -90,7 +91,7 @@ def reach_problem(*, nworld: int, duration: float, timestep: float | None, seed:
   # Newton converges on these constraints (joint friction and limits, a few self-contacts when the
   # arm folds) in a few iterations; every perturbation lane runs all of them (tolerance 0)
   scene = diffsim.Scene.from_xml(spec, nworld=nworld, device=device, njmax=128 if contacts else 32,
-                                 solver=diffsim.SolverSettings(iterations=4, ls_iterations=8))
+                                 solver=diffsim.SolverSettings(iterations=4, ls_iterations=8, tolerance=tolerance))
   lo, hi = mjm.jnt_range[:, 0], mjm.jnt_range[:, 1]
   cost = [
     SiteCost(SITE, targets, running=0.0, terminal=1e4),  # 1 cm off costs 0.5
