@@ -131,12 +131,20 @@ def _reference_gradient(mjm, ctrl: np.ndarray, qpos0: np.ndarray, qvel0: np.ndar
   return out
 
 
+def _solver(tolerance: float | None):
+  """diffsim's solver settings, with `tolerance` where one is given."""
+  import diffsim
+
+  return diffsim.SolverSettings() if tolerance is None else diffsim.SolverSettings(tolerance=tolerance)
+
+
 def _first_line(e: BaseException) -> str:
   text = str(e).strip().splitlines()
   return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def bench_model(model: str, nstep: int, device: str | None, save=lambda row: None) -> dict:
+def bench_model(model: str, nstep: int, device: str | None, save=lambda row: None,
+                tolerance: float | None = None) -> dict:
   """One model's row (see the module docstring); `save(row)` is called after every stage."""
   import mujoco
 
@@ -173,7 +181,7 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
       stage("done")
       return row
     stage("scene")
-    scene = diffsim.Scene.from_xml(mjm, nworld=NWORLD, device=device)
+    scene = diffsim.Scene.from_xml(mjm, nworld=NWORLD, device=device, solver=_solver(tolerance))
     row["device"] = str(scene.device)
     c_ctrl = controls(mjm, NWORLD, nstep).astype(np.float32).astype(np.float64)  # what MJWarp sees
     ctrl = wp.array(c_ctrl.astype(np.float32), dtype=float, device=scene.device)
@@ -237,7 +245,7 @@ def _final_state_loss(
   wp.atomic_add(loss, 0, s)
 
 
-def issue17(nstep: int, device: str | None) -> dict:
+def issue17(nstep: int, device: str | None, tolerance: float | None = None) -> dict:
   """Issue 17's setup (`tests/test_contact_gradients.py` at 20 steps): the humanoid from keyframe 0,
   2 worlds, controls `0.4 N(0, 1)` (seed 0), loss `0.5 |qpos_T|^2 + 0.25 |qvel_T|^2` after `nstep`
   steps, `diffsim.rollout` with default settings; world 1's control gradient against central
@@ -247,7 +255,8 @@ def issue17(nstep: int, device: str | None) -> dict:
   import diffsim
   from diffsim.gradcheck import mujoco_rollout
 
-  scene = diffsim.Scene.from_xml(os.path.join(mjwarp_test_data(), "humanoid", "humanoid.xml"), nworld=2, device=device)
+  scene = diffsim.Scene.from_xml(os.path.join(mjwarp_test_data(), "humanoid", "humanoid.xml"), nworld=2, device=device,
+                                 solver=_solver(tolerance))
   m = scene.mjm
   d = mujoco.MjData(m)
   mujoco.mj_resetDataKeyframe(m, d, 0)
@@ -292,12 +301,14 @@ def issue17_table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def _run_isolated(model: str, nstep: int, device: str | None, timeout: float, mem_cap_gb: float) -> dict:
+def _run_isolated(model: str, nstep: int, device: str | None, timeout: float, mem_cap_gb: float,
+                  tolerance: float | None = None) -> dict:
   """`bench_model` in a child process with an address-space cap and a time limit."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
     cmd = [sys.executable, "-m", "benchmarks.bench_contact_gradients", "--one", model, "--nstep", str(nstep),
-           "--row-out", out] + (["--device", device] if device else [])
+           "--row-out", out] + (["--device", device] if device else []) + \
+          (["--tolerance", repr(tolerance)] if tolerance is not None else [])
     cap = int(mem_cap_gb * 1e9)
 
     def limit():
@@ -363,12 +374,15 @@ def main(argv=None) -> list[dict]:
                       help="address-space cap per model process (default: 85%% of the available memory)")
   parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK_MODELS)} at 5 steps, issue 17 at 3")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--tolerance", type=float, default=None,
+                      help="the constraint solver's (default: SolverSettings'); results go to a _tol<value> file")
   parser.add_argument("--one", help=argparse.SUPPRESS)  # child process: one model
   parser.add_argument("--row-out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   wp.config.log_level = wp.LOG_WARNING
   if args.one:
-    bench_model(args.one, args.nstep, args.device, save=lambda row: write_json(args.row_out, row))
+    bench_model(args.one, args.nstep, args.device, save=lambda row: write_json(args.row_out, row),
+                tolerance=args.tolerance)
     return []
   from diffsim.scene import available_memory
 
@@ -377,7 +391,8 @@ def main(argv=None) -> list[dict]:
   nstep = 5 if args.quick else args.nstep
   horizons = [3] if args.quick else args.issue_horizons
   cap = args.mem_cap_gb or 0.85 * (available_memory(wp.get_device("cpu")) or 16e9) / 1e9
-  path = os.path.join(args.out, f"contact_gradients_{str(device).replace(':', '')}")
+  tol = "" if args.tolerance is None else f"_tol{args.tolerance:g}"
+  path = os.path.join(args.out, f"contact_gradients{tol}_{str(device).replace(':', '')}")
   payload = {"argv": sys.argv[1:] if argv is None else list(argv), "nworld": NWORLD, "nstep": nstep,
              "mem_cap_gb": cap, "issue17": [], "rows": []}
 
@@ -390,10 +405,10 @@ def main(argv=None) -> list[dict]:
       f.write("\n".join(md) + "\n")
 
   for n in horizons:
-    payload["issue17"].append(issue17(n, args.device))
+    payload["issue17"].append(issue17(n, args.device, args.tolerance))
     save()
   for name in names:
-    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap))
+    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap, args.tolerance))
     r = payload["rows"][-1]
     print(f"{name}: {r.get('error') or r.get('note') or r.get('grad_err')} ({r['wall_s']:.0f} s)", flush=True)
     save()

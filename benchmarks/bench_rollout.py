@@ -15,8 +15,8 @@ For each model and world count it measures, in one process:
   - `mujoco.rollout` (MuJoCo C, float64) with one thread per CPU this process may use and with
     one thread (diffsim's CPU kernels run on one thread), and raw `mjw.step` and `mujoco.rollout`
     on the model as its MJCF writes it: its own solver tolerance (floored at 1e-6 by MJWarp), where
-    diffsim's scene stops at 1e-12 (`SolverSettings`: far below float32's resolution, so that all
-    lanes solve alike; `tolerance` in each row), which the other columns share;
+    diffsim's scene runs to its own (`SolverSettings`, 0 by default, so that all lanes take the same
+    path; `tolerance` in each row), which the other columns share;
   - `fwd_spread`: (max - min) / median of the captured forward's repeats;
   - one-time costs, apart from the steady state: `compile_s`, per model, the first forward and
     gradient call minus a second one at 1 world and 2 steps (Warp kernel compilation, or loading
@@ -179,7 +179,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   replay_fwd = _graph(scene.device, lambda: fwd(ctrl))
   replay_raw = _graph(scene.device, raw_mjwarp(scene, u))
   # the model as its MJCF writes it: diffsim's scene solves to its own tolerance (so that all lanes
-  # solve alike); a user's own MJWarp or MuJoCo loop stops at the model's
+  # take the same path); a user's own MJWarp or MuJoCo loop stops at the model's
   user = mujoco.MjModel.from_xml_path(MODELS[model]())
   replay_user = _graph(scene.device, raw_mjwarp(scene, u, user))
   times = _alternate({"fwd": replay_fwd, "raw": replay_raw, "user": replay_user}, max(repeats, 3))
@@ -309,7 +309,7 @@ def table(rows: list[dict]) -> str:
       f"{_fmt(r.get('compile_s'), '.1f')} |")
   lines.append("")
   lines.append(f"As written: the MJCF's own solver tolerance; the other columns run diffsim's (tolerance "
-               f"{rows[0].get('tolerance', 0.0):g}, so that all perturbation lanes solve alike). fwd spread: "
+               f"{rows[0].get('tolerance', 0.0):g}, so that all perturbation lanes take the same path). fwd spread: "
                "(max - min) / median of the captured forward's repeats.")
   return "\n".join(lines)
 

@@ -1,20 +1,22 @@
-"""The constraint solver's tolerance: zero (every iteration) against diffsim's 1e-12, side by side.
+"""The constraint solver's tolerance: diffsim's zero (every iteration) against 1e-12, side by side.
 
-  python -m benchmarks.bench_tolerance [--device cpu] [--repeats 3] [--models ...]
+  python -m benchmarks.bench_tolerance [--device cpu] [--repeats 3] [--models ...] [--no-reach]
 
-`SolverSettings.tolerance` was 0 so that every perturbation lane would run the same iterations. In
-float32 a world's improvement rarely reaches exactly zero, so with tolerance 0 MJWarp's Newton solver
-iterates until its line search stalls, and often to the iteration limit, while its solution stopped
-changing steps before. 1e-12 lies far below float32's resolution: a world stops when another
+`SolverSettings.tolerance` is 0 so that every perturbation lane takes the same solver path. In
+float32 a world's improvement rarely reaches exactly zero, so MJWarp's Newton solver then iterates
+until its line search stalls, and often to the iteration limit, while its solution stopped changing
+steps before. 1e-12 lies far below float32's resolution for these models: a world stops when another
 iteration would not change its solution. Per model, for both tolerances:
 
   - solver iterations per world-step (mean and most), raw `mjw.step` over `nstep` steps;
   - captured forward and lane-linearization time (`nworld` worlds; the humanoid's lanes at 8 worlds,
     205 lanes each), the columns taking turns, medians and the ratio zero / 1e-12;
-  - the tape gradient's error against float64 MuJoCo C (`check_gradients`, 2 worlds, lanes), which
-    must not get worse.
+  - the tape gradient's error against float64 MuJoCo C (`check_gradients`, 2 worlds, lanes);
+  - and tutorial 03's iLQR reach, whose solver budget is capped (4 iterations), at both.
 
-Writes `benchmarks/results/tolerance_<device>.{json,md}`.
+1e-12 is not the default: MJWarp's stopping test is scaled by the mean inertia, and over MJWarp's
+47 test models (`python -m benchmarks.bench_contact_gradients --tolerance 1e-12`) it changed the two
+flex models' gradients and aloha_pot's forward pass. Writes `benchmarks/results/tolerance_<device>.{json,md}`.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def table(rows: list[dict]) -> str:
                  f"{reach[0]['reach'][0]['nworld']} worlds, {reach[0]['reach'][0]['iters']} iLQR iterations: "
                  + "; ".join(f"tolerance {x['tolerance']:g}: {100 * x['success']:.0f}% within 1 cm (median "
                              f"{x['median_mm']:.2f} mm, {x['time_s']:.0f} s)" for x in reach[0]["reach"])
-                 + ". A set `iterations` therefore keeps tolerance 0 (every lane runs the whole budget).")
+                 + ".")
   return "\n".join(lines)
 
 

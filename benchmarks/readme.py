@@ -155,7 +155,7 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
     worst = max(models, key=lambda m: by[(m, hi)]["fwd_over_user"])
     w = by[(worst, hi)]
     out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
-                f"solver tolerance; diffsim's is {tol:g}, so that all lanes solve alike)",
+                f"solver tolerance; diffsim's is {tol:g}, so that all lanes take the same path)",
                 f"raw MJWarp is faster than diffsim by {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
                 f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
                 f"tolerance {tol:g} on the {_NAMES[worst]} at {hi} worlds"))

@@ -13,8 +13,8 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
   S = d(sensordata)/dz          (ns, nz)   = [C D Q]
 
 (sensordata as MuJoCo computes it inside `mj_step`, i.e. at the pre-step state). All lanes of a
-world share the nominal warm start and either run the same fixed solver budget or converge to a
-tolerance far below float32's resolution (see `SolverSettings`), so the differences stay smooth.
+world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
+`SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
 
 Constraint switches. Where a lane's step makes a contact or limit row appear or vanish (a jump in
 force: a contact's damping acts at once) or change regime (a kink), a difference across it is not

@@ -142,7 +142,7 @@ def test_tutorial06_identifiability_warnings():
                                 fit_qpos0=True, device="cpu", maxiter=15)
   assert res.success and msgs == [] and res.warnings == [], res.message
   assert res.cond < 1e4  # measured 345
-  elbow_std, elbow_std_data = res.theta_std.copy(), res.theta_std_data.copy()
+  elbow_std = res.theta_std.copy()
 
   res, msgs = _identify_quietly(path, rec, [diffsim.Param(f, ["elbow_flex", "wrist_roll"], name=f) for f in t6.FIELDS],
                                 fit_qpos0=True, device="cpu", maxiter=15)
@@ -156,10 +156,7 @@ def test_tutorial06_identifiability_warnings():
   assert poor and all(f"{f}[wrist_roll]" in poor[0] for f in t6.FIELDS), msgs
   wrist = np.array(["wrist_roll" in label for label in res.labels])
   assert np.all(res.theta_std[wrist] > np.abs(res.theta[wrist]))
-  # the elbow's own quantities keep what the data say of them (std_data measured within 1.3% of the
-  # elbow-only fit); the fit stalls on the wrist's flat directions, and the untaken step's elbow part
-  # joins the total error bar (measured 1.17x the elbow-only one), which may widen, never narrow
-  np.testing.assert_allclose(res.theta_std_data[~wrist], elbow_std_data, rtol=0.05)
-  assert np.all(res.theta_std[~wrist] >= 0.98 * elbow_std) and np.all(res.theta_std[~wrist] <= 1.5 * elbow_std)
+  # the elbow's own quantities keep their error bars (measured within 2% of the elbow-only fit)
+  np.testing.assert_allclose(res.theta_std[~wrist], elbow_std, rtol=0.1)
   assert np.all(np.abs(res.theta[~wrist] - np.concatenate([true[f][:1] for f in t6.FIELDS]))
                 <= 3.0 * res.theta_std[~wrist])

@@ -67,7 +67,7 @@ def site_positions(mjm: mujoco.MjModel, qpos: np.ndarray) -> np.ndarray:
 
 
 def reach_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None,
-                  target_spread: float | None = None, contacts: bool = True, tolerance: float | None = None):
+                  target_spread: float | None = None, contacts: bool = True, tolerance: float = 0.0):
   """Scene, problem and targets of the reach. Returns `(problem, targets (nworld, 3))`.
 
   Targets are the site positions of random configurations; with `target_spread` (rad), of the
