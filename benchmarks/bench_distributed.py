@@ -231,17 +231,19 @@ def bench_trajopt(cluster, nworld: int, duration: float, iters: int, repeats: in
   }
 
 
-def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "directional") -> dict:
+def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "directional",
+                tolerance: float | None = None) -> dict:
   import warnings
 
-  from diffsim import sysid
+  from diffsim import SolverSettings, sysid
 
   from . import bench_sysid as bs
 
   prob = bs.Problem(ntraj, steps)
   guess, recs, names, weights, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
+  settings = None if tolerance is None else SolverSettings(tolerance=tolerance)
   kw = dict(bounds=bounds, weights=weights, normalize=False, maxiter=iters, device="cpu", jacobian=jacobian,
-            progress=False)
+            progress=False, solver_settings=settings)
   calls = []  # (what, Traffic) of every map the driver makes
   plain_map = cluster.map
 
@@ -257,7 +259,8 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
         return cluster.identify(guess, recs, names, workers=n, **kw)
     return run
 
-  call = {"local": lambda: bs.run_diffsim(prob, iters, "cpu", jacobian), "1": on_cluster(1), "all": on_cluster(None),
+  call = {"local": lambda: bs.run_diffsim(prob, iters, "cpu", jacobian, settings), "1": on_cluster(1),
+          "all": on_cluster(None),
           "sysid": lambda: bs.run_mujoco_sysid(prob, iters)}
   first, results = {}, {}
   cluster.map = logged
@@ -345,6 +348,8 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--iters", type=int, default=10, help="iLQR iterations of the trajopt job")
   parser.add_argument("--sysid-iters", type=int, default=30, help="most LM iterations of the sysid job")
   parser.add_argument("--sysid-jacobian", default="directional", choices=["auto", "forward", "directional"])
+  parser.add_argument("--sysid-tolerance", type=float, default=None,
+                      help="the sysid job's solver tolerance (default: SolverSettings'); results go to a _tol<value> file")
   parser.add_argument("--merge", action="store_true",
                       help="keep the rows of the jobs not run from the existing results file (rerun some jobs only)")
   parser.add_argument("--quick", action="store_true")
@@ -359,7 +364,8 @@ def main(argv=None) -> list[dict]:
   repeats, iters = (1, 2) if args.quick else (args.repeats, args.iters)
   argv_saved = sys.argv[1:] if argv is None else list(argv)
   rows = []
-  path = os.path.join(args.out, "distributed_cpu.json")
+  name = "distributed" if args.sysid_tolerance is None else f"distributed_tol{args.sysid_tolerance:g}"
+  path = os.path.join(args.out, f"{name}_cpu.json")
   if args.merge and os.path.isfile(path):
     import json
 
@@ -375,13 +381,15 @@ def main(argv=None) -> list[dict]:
       elif job == "trajopt":
         row = bench_trajopt(cluster, *sizes[job], iters, repeats)
       else:
-        row = bench_sysid(cluster, *sizes[job], 2 if args.quick else args.sysid_iters, repeats, args.sysid_jacobian)
+        row = bench_sysid(cluster, *sizes[job], 2 if args.quick else args.sysid_iters, repeats, args.sysid_jacobian,
+                          args.sysid_tolerance)
+        row["solver_tolerance"] = args.sysid_tolerance
       row["cluster_start_s"] = start_s
       row["argv"] = argv_saved
       rows = [r for r in rows if r["job"] != job] + [row]
       rows.sort(key=lambda r: ["gradient", "trajopt", "sysid"].index(r["job"]))
-      write_json(os.path.join(args.out, "distributed_cpu.json"), {"argv": argv_saved, "rows": rows})
-      md = os.path.join(args.out, "distributed_cpu.md")
+      write_json(path, {"argv": argv_saved, "rows": rows})
+      md = os.path.join(args.out, f"{name}_cpu.md")
       with open(md + ".tmp", "w") as f:
         f.write(table(rows) + "\n")
       os.replace(md + ".tmp", md)

@@ -307,8 +307,9 @@ def identify_inputs(prob: Problem):
   return guess, recs, names, weights, bounds
 
 
-def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> dict:
-  """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian`."""
+def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto", solver_settings=None) -> dict:
+  """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian` (and
+  `diffsim.SolverSettings`, default ones without)."""
   from diffsim import sysid
 
   guess, recs, names, weights, bounds = identify_inputs(prob)
@@ -316,7 +317,8 @@ def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto") -> di
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", sysid.IdentifiabilityWarning)  # tiny warm-up problems
     res = sysid.identify(guess, recs, names, bounds=bounds, weights=weights, normalize=False, method="lm",
-                         maxiter=iters, device=device, out=None, plots=False, jacobian=jacobian, progress=False)
+                         maxiter=iters, device=device, out=None, plots=False, jacobian=jacobian, progress=False,
+                         solver_settings=solver_settings)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
           "fun": res.fun, "sim_worlds": res.sim_worlds, "success": res.success, "std": res.theta_std}
