@@ -349,7 +349,8 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--sysid-iters", type=int, default=30, help="most LM iterations of the sysid job")
   parser.add_argument("--sysid-jacobian", default="directional", choices=["auto", "forward", "directional"])
   parser.add_argument("--sysid-tolerance", type=float, default=None,
-                      help="the sysid job's solver tolerance (default: SolverSettings'); results go to a _tol<value> file")
+                      help="the sysid job's solver tolerance (default: SolverSettings'); results go to a "
+                           "_tol<value> file")
   parser.add_argument("--merge", action="store_true",
                       help="keep the rows of the jobs not run from the existing results file (rerun some jobs only)")
   parser.add_argument("--quick", action="store_true")

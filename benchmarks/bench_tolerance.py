@@ -138,7 +138,8 @@ def reach_success(tolerance: float, device: str, nworld: int = 64, iters: int = 
 
 def table(rows: list[dict]) -> str:
   zero, tiny = (f"{t:g}" for t in TOLERANCES)
-  lines = [f"| model | solver iterations per step, tol {zero} / {tiny} (mean, most) | forward: tol {zero} / {tiny} time | "
+  lines = [f"| model | solver iterations per step, tol {zero} / {tiny} (mean, most) | "
+           f"forward: tol {zero} / {tiny} time | "
            f"lanes: tol {zero} / {tiny} time | gradient error vs float64 C, tol {zero} | tol {tiny} |",
            "|---|---|---|---|---|---|"]
   err = lambda d: ", ".join(f"{k} {v:.1e}" for k, v in d.items())

@@ -129,8 +129,8 @@ class SolverSettings:
   budget is spent.
 
   A tolerance far below float32's resolution (`tolerance=1e-12`) stops a lane once another iteration
-  would not change its solution: on the SO-101 the forward pass then runs 4x and the lanes 8x faster
-  with the same gradients (in float32 a world's improvement is rarely exactly zero, so with zero
+  would not change its solution: on the SO-101 the forward pass and the lanes then run several times
+  faster with the same gradients (in float32 a world's improvement is rarely exactly zero, so with zero
   tolerance many steps run on to the iteration limit). It is not the default: MJWarp scales its
   stopping test by the mean inertia, so on some models it fires before the lanes agree or the
   solution matches MuJoCo C's, and with a capped `iterations` budget the fixed path matters

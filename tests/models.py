@@ -261,7 +261,8 @@ IMPLICITFAST = (SMOOTH.replace('<option timestep="0.005"/>', '<option timestep="
 
 # SMOOTH integrated with implicitfast, plus a tumbling free body with a welded fin (a tree of one free
 # joint: implicitfast integrates its gyroscopic forces implicitly) under damping and a motor.
-IMPLICITFAST_FREE = (SMOOTH.replace('<option timestep="0.005"/>', '<option timestep="0.005" integrator="implicitfast"/>')
+IMPLICITFAST_FREE = (SMOOTH.replace('<option timestep="0.005"/>',
+                                   '<option timestep="0.005" integrator="implicitfast"/>')
                      .replace('  </worldbody>', '''    <body name="tumbler" pos="1 0 1" euler="0.2 0.4 0">
       <joint name="tumble" type="free" damping="0.02"/>
       <geom type="box" size="0.12 0.05 0.02" mass="0.5"/>
@@ -270,6 +271,7 @@ IMPLICITFAST_FREE = (SMOOTH.replace('<option timestep="0.005"/>', '<option times
       </body>
     </body>
   </worldbody>''')
-                     .replace('  </actuator>', '    <motor name="twist" joint="tumble" gear="0.1 0 0.05 0.2 0.1 0"/>\n  </actuator>')
+                     .replace('  </actuator>',
+                              '    <motor name="twist" joint="tumble" gear="0.1 0 0.05 0.2 0.1 0"/>\n  </actuator>')
                      .replace('  </sensor>', '    <framequat name="tumbler_quat" objtype="body" objname="tumbler"/>\n'
                               '    <frameangvel name="fin_angvel" objtype="xbody" objname="fin"/>\n  </sensor>'))

@@ -345,7 +345,8 @@ def test_converged_solver_tolerance_keeps_the_gradient(so101):
   solver iterations (`benchmarks/results/tolerance_cpu.md`)."""
   assert diffsim.SolverSettings().tolerance == 0.0
   assert float(so101.model.opt.tolerance.numpy()[0]) == 0.0  # put_model's 1e-6 floor undone
-  tiny = diffsim.Scene.from_xml(so101.mjm, nworld=2, device=so101.device, solver=diffsim.SolverSettings(tolerance=1e-12))
+  tiny = diffsim.Scene.from_xml(so101.mjm, nworld=2, device=so101.device,
+                                solver=diffsim.SolverSettings(tolerance=1e-12))
   assert float(tiny.model.opt.tolerance.numpy()[0]) == np.float32(1e-12)
 
   def grad(scene, u):
