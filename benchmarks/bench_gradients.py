@@ -1,8 +1,9 @@
 """Gradient quality: tape gradients against central differences of float64 MuJoCo C (README table).
 
-Each case is one `diffsim.check_gradients` call of `tests/test_gradients.py`, with the same model,
-inputs, seeds and parameters (2 worlds, each with its own inputs; default settings, so the analytic
-adjoint where it covers the model and its parameters, else the lanes with their default steps):
+Each case is one `diffsim.check_gradients` call of `tests/test_gradients.py`: its model and inputs
+(seeds, parameters) are `tests/models.py`'s `GRADIENT_CASES`, which both import (2 worlds, each with
+its own inputs; default settings, so the analytic adjoint where it covers the model and its
+parameters, else the lanes with their default steps):
 the relative error of the gradient of a random linear functional of the whole trajectory, per
 input, the worse of the 2 worlds. The test asserts tolerances on these; this script stores the
 measured values (`benchmarks/results/gradients_<device>.{json,md}`), from which
@@ -16,20 +17,20 @@ minutes on 2 CPU cores with warm kernels). `--quick`: the cart-pole case at 10 s
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import sys
 import time
-
-import numpy as np
 
 from .bench_rollout import write_json
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.cache
 def _models():
-  """`tests/models.py`: the test models, shared with tests/test_gradients.py."""
+  """`tests/models.py`: the test models and the gradient checks' inputs, shared with the tests."""
   spec = importlib.util.spec_from_file_location("diffsim_test_models", os.path.join(_ROOT, "tests", "models.py"))
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
@@ -45,69 +46,19 @@ def _scene(name: str, device):
   return diffsim.Scene.from_xml(src, nworld=2, device=device)
 
 
-def _cartpole(scene, nstep):
-  import diffsim
-
-  rng = np.random.default_rng(0 if nstep == 100 else 7)
-  if nstep == 100:  # test_cartpole_gradients
-    params = [diffsim.Param("body_mass", "pole"), diffsim.Param("dof_damping", "hinge"),
-              diffsim.Param("opt.gravity", components=[2])]
-    return dict(ctrl=0.5 * rng.standard_normal((100, 1)), qpos0=[0.1, 0.3], qvel0=[0.0, 0.5], params=params)
-  # test_long_horizon_gradients (and --quick, at its length)
-  return dict(ctrl=0.5 * rng.standard_normal((nstep, 1)), qpos0=[0.1, 0.3], wrt=("ctrl", "qpos0", "qvel0"))
-
-
-def _ball_free(scene, nstep):
-  import diffsim
-
-  m = scene.mjm
-  rng = np.random.default_rng(1)
-  qpos0 = m.qpos0.copy()
-  qpos0[1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
-  qvel0 = 0.5 * rng.standard_normal(m.nv)
-  qvel0[7:10] = [1.0, 3.0, -2.0]
-  params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
-  return dict(ctrl=0.3 * rng.standard_normal((nstep, m.nu)), qpos0=qpos0, qvel0=qvel0, params=params)
-
-
-def _rolling_ball(scene, nstep):
-  import diffsim
-
-  rng = np.random.default_rng(2)
-  params = [diffsim.Param("body_mass", "ball"), diffsim.Param("dof_damping", "ball")]
-  return dict(ctrl=2.0 + 0.5 * rng.standard_normal((nstep, 1)), qvel0=[0.3, 0, 0, 0, 6.0, 0], params=params)
-
-
-def _so101(scene, nstep):
-  import diffsim
-
-  nu = scene.nu
-  if nstep == 40:  # test_so101_gradients
-    rng = np.random.default_rng(0)
-    ctrl = np.tile(0.3 * rng.standard_normal(nu), (40, 1)) + 0.05 * rng.standard_normal((40, nu))
-    params = [diffsim.Param("dof_damping", "elbow_flex"), diffsim.Param("dof_armature", "shoulder_lift"),
-              diffsim.Param("actuator_gainprm", "elbow_flex")]
-    return dict(ctrl=ctrl, params=params)
-  # test_long_horizon_gradients draws the cart-pole's controls first from the same generator
-  rng = np.random.default_rng(7)
-  rng.standard_normal((300, 1))
-  ctrl = np.tile(0.3 * rng.standard_normal(nu), (nstep, 1)) + 0.05 * rng.standard_normal((nstep, nu))
-  return dict(ctrl=ctrl, params=[diffsim.Param("dof_damping", "elbow_flex")], wrt=("qvel0", "params"))
-
-
-# name: (README label, scene, steps, inputs, short names of the parameters in the README)
+# `tests/models.py`'s GRADIENT_CASES: (README label, short names of the parameters in the README)
 CASES = {
-  "cartpole_100": ("cart-pole, 100 steps", "cartpole", 100, _cartpole,
+  "cartpole_100": ("cart-pole, 100 steps",
                    {"body_mass:pole": "mass", "dof_damping:hinge": "damping", "opt.gravity": "gravity"}),
-  "cartpole_300": ("cart-pole, 300 steps", "cartpole", 300, _cartpole, {}),
-  "ball_free_60": ("hinge + ball joint + spinning free body, 60 steps", "ball_free", 60, _ball_free,
+  "cartpole_300": ("cart-pole, 300 steps", {}),
+  "ball_free_60": ("hinge + ball joint + spinning free body, 60 steps",
                    {"body_mass:bob": "mass", "dof_damping:ball": "damping"}),
-  "rolling_ball_60": ("ball rolling on a plane (contact), 60 steps", "rolling_ball", 60, _rolling_ball,
+  "rolling_ball_60": ("ball rolling on a plane (contact), 60 steps",
                       {"body_mass:ball": "mass", "dof_damping:ball": "damping"}),
-  "so101_40": ("SO-101 arm (dry friction, saturating servos, self-collision), 40 steps", "so101", 40, _so101,
+  "so101_40": ("SO-101 arm (dry friction, saturating servos, self-collision), 40 steps",
                {"dof_damping:elbow_flex": "damping", "dof_armature:shoulder_lift": "armature",
                 "actuator_gainprm:elbow_flex": "kp"}),
-  "so101_300": ("SO-101 arm, 300 steps", "so101", 300, _so101, {"dof_damping:elbow_flex": "damping"}),
+  "so101_300": ("SO-101 arm, 300 steps", {"dof_damping:elbow_flex": "damping"}),
 }
 
 
@@ -115,9 +66,10 @@ def run_case(name: str, scene, nstep: int | None = None) -> dict:
   """One case's `check_gradients` (at `nstep` steps instead of the case's, for quick checks)."""
   from diffsim.gradcheck import check_gradients
 
-  label, _, steps, inputs, short = CASES[name]
+  label = CASES[name][0]
+  steps = _models().GRADIENT_CASES[name][1]
   nstep = steps if nstep is None else nstep
-  kw = inputs(scene, nstep)
+  kw = _models().gradient_inputs(name, scene, nstep)
   t0 = time.perf_counter()
   res = check_gradients(scene, kw.pop("ctrl"), **kw)
   # what the default gradient="auto" took for this model and these parameters
@@ -141,7 +93,7 @@ def table(rows: list[dict]) -> str:
   out = ["| model | gradient | ctrl | qpos0 | qvel0 | parameters |", "|---|---|---|---|---|---|"]
   for r in rows:
     err = r["rel_err"]
-    short = CASES[r["case"]][4] if r.get("case") in CASES else {}
+    short = CASES[r["case"]][1] if r.get("case") in CASES else {}
     cell = lambda k: _e(err[k]) if k in err else ""
     params = ", ".join(f"{short.get(k, k)} {_e(v)}" for k, v in err.items() if k not in ("ctrl", "qpos0", "qvel0"))
     out.append(f"| {r['label']} | {r.get('gradient', 'lanes')} | {cell('ctrl')} | {cell('qpos0')} | {cell('qvel0')} | {params} |")
@@ -162,7 +114,7 @@ def main(argv=None) -> list[dict]:
   cases = [("cartpole_300", 10)] if args.quick else [(c, None) for c in args.cases]
   scenes, rows = {}, []
   for name, nstep in cases:
-    key = CASES[name][1]
+    key = _models().GRADIENT_CASES[name][0]
     if key not in scenes:
       scenes[key] = _scene(key, args.device)
     rows.append(run_case(name, scenes[key], nstep))

@@ -14,27 +14,26 @@ d(loss)/d(ctrl), `(nworld, nstep, nu)`, at 1, 64 and 1024 worlds.
     same scan without `grad`. Timed after a warm-up (compile) call, with `block_until_ready`.
 
 Each row reports both times, the ratio diffsim / MJX (below 1: diffsim faster; the median of
-per-repeat ratios, with the two sides timed alternately so that load from other processes hits both
-alike), the forward throughputs, and the relative error between the two gradients
-(`|g_diffsim - g_mjx| / |g_mjx|`, Frobenius norms over all worlds) and the largest final-`qpos`
-difference, as checks that both compute the same thing (diffsim's step Jacobians are central finite
-differences in float32; on cart-pole they agree with MJX's reverse mode to ~1e-5). "First call" is
-compilation (XLA; Warp's kernels, usually cached in `~/.cache/warp`) plus one run, reported apart.
+per-round ratios, the sides taking turns (`timing.alternate`), so that load from other processes hits
+both alike; more rounds while a spread is above 10%), the forward throughputs, and the relative error
+between the two gradients (`|g_diffsim - g_mjx| / |g_mjx|`, Frobenius norms over all worlds) and the
+largest final-`qpos` difference, as checks that both compute the same thing (diffsim's step Jacobians
+are central finite differences in float32). Each size runs twice (`--cores all 1`): unpinned, where
+XLA spreads over every core and Warp uses one, and with every thread of the process pinned to one CPU
+(`timing.pinned`), one core each. "First call" is compilation (XLA, cold: a new jit per row; Warp's
+kernels from `~/.cache/warp`, labelled warm or cold) plus one run, reported apart.
 
 Run: `python -m benchmarks.bench_mjx [--device cpu] [--sizes 1 64 1024] [--nstep 100] [--repeats 3]`.
 Needs `pip install "jax[cpu]" mujoco-mjx` (diffsim's `jax` extra has JAX, not MJX; mujoco-mjx 3.17
 is the newest release and runs with mujoco 4.0). Prints a Markdown table and writes
 `benchmarks/results/mjx_<device>.json` after every row. On a 2-core CPU the default sizes take ~7 minutes.
 
-Where diffsim is slower, and why (2-core CPU, `--device cpu`, `benchmarks/results/cpu.md`; a
-machine shared with other jobs, so read the ratios rather than the absolute times): diffsim is
-slower at every size, 1.6x MJX's time at 1 world, 4.3x at 64, 5.5x at 1,024 and 5.0x at 2,048
-(forward differences, `central=False`: 1.2x, 2.5x, 3.0x, 2.7x).
+Where diffsim is slower, and why (measured figures: `benchmarks/results/cpu.md`, mjx section):
   - Not the adjoint: diffsim's gradient costs ~(1 + 2 nz) = 11 MJWarp steps per step (nz = 2 nv +
-    na + nu = 5 on cart-pole), measured 10-11x its own forward at 64-2,048 worlds (3x at 1 world,
-    where launch overhead dominates and the lanes ride in the same launches), at or below MJX's
-    own gradient / forward ratio (10-19x in the same run).
-  - It is the forward step itself: MJWarp on the CPU runs 7-9x fewer world-steps/s than MJX,
+    na + nu = 5 on cart-pole), about 11x its own forward at many worlds (less at 1 world, where
+    launch overhead dominates and the lanes ride in the same launches), near MJX's own gradient /
+    forward ratio.
+  - It is the forward step itself: MJWarp on the CPU runs fewer world-steps/s than MJX,
     because Warp runs each CPU kernel launch single-threaded (a loop over the launch's threads) and
     an MJWarp step is many small launches, whereas XLA fuses MJX's vmapped step into a few
     vectorized loops and can spread them over both cores. That slower step, times 11 lanes, makes
@@ -58,10 +57,7 @@ import warp as wp
 import diffsim
 
 from .bench_rollout import _graph, _wall, controls, gradient_fn, write_json
-
-# MJX gradient times measured on 2 CPU cores (issue #5), by world count.
-REFERENCE_MJX_GRAD_S = {1: 6.1e-3, 64: 62e-3, 1024: 1.03}
-
+from .timing import alternate, cpus, pinned, spread
 
 def mjx_case(mjm: mujoco.MjModel, u: np.ndarray) -> dict:
   """MJX forward and gradient of the final-state loss, batched over worlds with `vmap`: compiled
@@ -132,17 +128,17 @@ def diffsim_case(u: np.ndarray, device) -> dict:
           "run_fwd": replay_fwd}
 
 
-def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
+def bench_case(nworld: int, nstep: int, device, repeats: int, ncpu: int | None = None) -> dict:
+  """One row: both gradients and forwards at `nworld` worlds, every thread of this process pinned to
+  `ncpu` CPUs (`None`: all of them; see `timing.pinned`)."""
   mjm = mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml"))
   u = controls(mjm, nworld, nstep)
-  ds = diffsim_case(u, device)
-  mx = mjx_case(mjm, u)
-  # interleaved, so that a load spike from other processes hits both sides alike
-  times = {k: [] for k in ("ds_grad", "mx_grad", "ds_fwd", "mx_fwd", "ds_grad_fd")}
-  for _ in range(repeats):
-    for key, fn in (("ds_grad", ds["run_grad"]), ("mx_grad", mx["run_grad"]), ("ds_fwd", ds["run_fwd"]),
-                    ("mx_fwd", mx["run_fwd"]), ("ds_grad_fd", ds["run_grad_fd"])):
-      times[key].append(_wall(fn))
+  with pinned(ncpu):
+    ds = diffsim_case(u, device)
+    mx = mjx_case(mjm, u)
+    # interleaved, so that a load spike from other processes hits both sides alike
+    times = alternate({"ds_grad": ds["run_grad"], "mx_grad": mx["run_grad"], "ds_fwd": ds["run_fwd"],
+                       "mx_fwd": mx["run_fwd"], "ds_grad_fd": ds["run_grad_fd"]}, repeats=repeats, sync=wp.synchronize)
   ds["grad_s"], mx["grad_s"], ds["fwd_s"], mx["fwd_s"], ds["grad_fd_s"] = (float(np.median(times[k])) for k in times)
   ratio = lambda a, b: float(np.median(np.array(times[a]) / np.array(times[b])))  # per-pair, then median
   err = lambda g: float(np.linalg.norm(g - mx["grad"]) / max(np.linalg.norm(mx["grad"]), 1e-30))
@@ -151,31 +147,31 @@ def bench_case(nworld: int, nstep: int, device, repeats: int) -> dict:
   ws = nworld * nstep
   return {
     "model": "cartpole", "nworld": nworld, "nstep": nstep, "device": ds["device"], "jax_device": mx["device"],
-    "nlane": ds["nlane"],
+    "cores": len(cpus()) if ncpu is None else ncpu, "nlane": ds["nlane"],
     "mjx_fwd_s": mx["fwd_s"], "mjx_fwd_wsps": ws / mx["fwd_s"], "mjx_grad_s": mx["grad_s"],
     "diffsim_fwd_s": ds["fwd_s"], "diffsim_fwd_wsps": ws / ds["fwd_s"], "diffsim_grad_s": ds["grad_s"],
-    "grad_ratio": ratio("ds_grad", "mx_grad"), "fwd_ratio": ratio("ds_fwd", "mx_fwd"), "repeats": repeats,
+    "grad_ratio": ratio("ds_grad", "mx_grad"), "fwd_ratio": ratio("ds_fwd", "mx_fwd"),
+    "repeats": len(times["ds_grad"]), "spread": {k: spread(v) for k, v in times.items()},
     "grad_rel_err": rel, "final_qpos_max_abs_diff": qpos_err,
     "nlane_fd": ds["nlane_fd"], "diffsim_grad_fd_s": ds["grad_fd_s"], "grad_fd_ratio": ratio("ds_grad_fd", "mx_grad"),
     "grad_fd_rel_err": err(ds["grad_fd"]),
     "mjx_first_call_s": mx["first_call_s"], "diffsim_first_call_s": ds["first_call_s"],
-    # the issue's times were measured with 100 steps on 2 CPU cores: comparable only in that setting
-    "reference_mjx_grad_s": REFERENCE_MJX_GRAD_S.get(nworld) if nstep == 100 and mx["device"] == "cpu" else None,
   }
 
 
 def table(rows: list[dict]) -> str:
-  head = ("| worlds | steps | MJX fwd (ws/s) | diffsim fwd (ws/s) | MJX grad (s) | diffsim grad (s) | "
+  head = ("| worlds | steps | cores | MJX fwd (ws/s) | diffsim fwd (ws/s) | MJX grad (s) | diffsim grad (s) | "
           "diffsim / MJX (grad) | grad rel. err | forward differences: diffsim / MJX (grad), rel. err | "
-          "MJX grad, issue #5 (s) | first call MJX / diffsim (s), caches |")
-  lines = [head, "|" + "---|" * 11]
+          "runs, largest spread | first call MJX / diffsim (s), caches |")
+  lines = [head, "|" + "---|" * 12]
   for r in rows:
-    ref = r["reference_mjx_grad_s"]
+    sp = max(r["spread"].values()) if "spread" in r else None
     lines.append(
-      f"| {r['nworld']} | {r['nstep']} | {r['mjx_fwd_wsps']:.3g} | {r['diffsim_fwd_wsps']:.3g} | "
+      f"| {r['nworld']} | {r['nstep']} | {r.get('cores', '?')} | {r['mjx_fwd_wsps']:.3g} | {r['diffsim_fwd_wsps']:.3g} | "
       f"{r['mjx_grad_s']:.3g} | {r['diffsim_grad_s']:.3g} | {r['grad_ratio']:.2f} | {r['grad_rel_err']:.1e} | "
       f"{r['grad_fd_ratio']:.2f}, {r['grad_fd_rel_err']:.1e} | "
-      f"{'-' if ref is None else f'{ref:.3g}'} | {r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f}, "
+      f"{r['repeats']}, {'-' if sp is None else f'{100 * sp:.0f}%'} | "
+      f"{r['mjx_first_call_s']:.0f} / {r['diffsim_first_call_s']:.0f}, "
       f"XLA {r.get('xla_cache', '?')} / Warp {r.get('warp_cache', '?')} |")
   return "\n".join(lines)
 
@@ -198,7 +194,10 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--device", default=None, help="diffsim's device: cpu or cuda:0 (default: cuda:0 if available)")
   parser.add_argument("--sizes", nargs="+", type=int, default=[1, 64, 1024], help="world counts")
   parser.add_argument("--nstep", type=int, default=100)
-  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--repeats", type=int, default=3, help="timed rounds at least (more while the spread is "
+                      "above 10%%, up to 3x as many)")
+  parser.add_argument("--cores", nargs="+", default=["all", "1"],
+                      help="rows per size: every thread pinned to this many CPUs ('all': unpinned)")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   args = parser.parse_args(argv)
   try:
@@ -215,10 +214,14 @@ def main(argv=None) -> list[dict]:
 
   rows = []
   for n in args.sizes:
-    rows.append({**bench_case(n, args.nstep, args.device, args.repeats), "warp_cache": warp_cache,
-                 "xla_cache": "cold"})
-    print(f"[bench_mjx] {n} worlds: diffsim {rows[-1]['diffsim_grad_s']:.3g} s, MJX {rows[-1]['mjx_grad_s']:.3g} s",
-          file=sys.stderr, flush=True)
+    for cores in args.cores:
+      ncpu = None if cores == "all" else int(cores)
+      # a new jit per row: XLA compiles again (cold), Warp loads the kernels the first row compiled
+      rows.append({**bench_case(n, args.nstep, args.device, args.repeats, ncpu), "warp_cache": warp_cache,
+                   "xla_cache": "cold"})
+      warp_cache = "warm"
+      print(f"[bench_mjx] {n} worlds, {cores} cores: diffsim {rows[-1]['diffsim_grad_s']:.3g} s, "
+            f"MJX {rows[-1]['mjx_grad_s']:.3g} s", file=sys.stderr, flush=True)
     # after every row: a run stopped by a timeout keeps the rows it finished
     write_json(os.path.join(args.out, f"mjx_{rows[0]['device'].replace(':', '')}.json"),
                {"argv": list(argv if argv is not None else sys.argv[1:]), "versions": versions(), "rows": rows})

@@ -44,6 +44,9 @@ import warp as wp
 
 import diffsim
 
+from .timing import alternate, spread
+
+
 def _humanoid() -> str:
   """MJWarp's test humanoid: 27 dofs, 21 motors, contact-rich (feet and body on the floor)."""
   import mujoco_warp
@@ -51,11 +54,26 @@ def _humanoid() -> str:
   return os.path.join(os.path.dirname(mujoco_warp.__file__), "test_data", "humanoid", "humanoid.xml")
 
 
+def _arm5() -> str:
+  """bench_sysid's 5-link arm (`mujoco.sysid`'s test arm): limited hinges that it never reaches, contacts
+  off, so MJWarp could have constraint rows but has none (what `diffsim.physics` skips the solver for)."""
+  from .bench_sysid import ARM_XML
+
+  return ARM_XML
+
+
 MODELS = {
   "cartpole": lambda: diffsim.asset_path("cartpole.xml"),
   "so101": lambda: diffsim.asset_path("so101", "so101_new_calib.xml"),
   "humanoid": _humanoid,
+  "arm5": _arm5,
 }
+
+
+def load_model(model: str) -> mujoco.MjModel:
+  """`MODELS[model]` as MuJoCo compiles it (a path or an XML string)."""
+  src = MODELS[model]()
+  return mujoco.MjModel.from_xml_string(src) if src.lstrip().startswith("<") else mujoco.MjModel.from_xml_path(src)
 
 
 def _wall(fn) -> float:
@@ -67,17 +85,15 @@ def _wall(fn) -> float:
 
 
 def _time(fn, repeats: int) -> float:
-  """Median wall time of `fn` (s), after the caller's warm-up."""
-  return float(np.median([_wall(fn) for _ in range(repeats)]))
+  """Median wall time of `fn` (s), after the caller's warm-up: at least `repeats` runs, more while
+  their spread is above 10% (`timing.alternate`)."""
+  return float(np.median(_alternate({"fn": fn}, repeats)["fn"]))
 
 
 def _alternate(fns: dict, repeats: int) -> dict[str, list[float]]:
-  """Wall times of each function over `repeats` rounds, the functions taking turns in each round."""
-  times = {k: [] for k in fns}
-  for r in range(repeats):
-    for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
-      times[k].append(_wall(fns[k]))
-  return times
+  """Wall times of each function, taking turns each round (`timing.alternate`: at least `repeats`
+  rounds, more while a spread is above 10%)."""
+  return alternate(fns, repeats=repeats, sync=wp.synchronize)
 
 
 def _graph(device, fn):
@@ -180,7 +196,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   replay_raw = _graph(scene.device, raw_mjwarp(scene, u))
   # the model as its MJCF writes it: diffsim's scene solves to its own tolerance (so that all lanes
   # take the same path); a user's own MJWarp or MuJoCo loop stops at the model's
-  user = mujoco.MjModel.from_xml_path(MODELS[model]())
+  user = load_model(model)
   replay_user = _graph(scene.device, raw_mjwarp(scene, u, user))
   times = _alternate({"fwd": replay_fwd, "raw": replay_raw, "user": replay_user}, max(repeats, 3))
   captured, raw, raw_user = (float(np.median(times[k])) for k in ("fwd", "raw", "user"))
@@ -219,7 +235,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
     "mujoco_rollout_wsps": ws / c_times[""], "mujoco_rollout_nthread": nthread,
     "mujoco_rollout_1thread_wsps": ws / c_times["_1thread"], "mujoco_rollout_user_wsps": ws / c_times["_user"],
     "grad_s": grad, "fwd_s": captured, "raw_s": raw, "fwd_over_raw": fwd_over_raw, "fwd_over_user": fwd_over_user,
-    "fwd_spread": _spread(times["fwd"]),
+    "fwd_spread": spread(times["fwd"]), "fwd_repeats": len(times["fwd"]),
     "grad_over_fwd": None if grad is None else grad / captured,
     "grad_over_fwd_per_lane": None if grad is None else grad / captured / nlane,
     "first_fwd_s": first_fwd, "first_grad_s": first_grad,
@@ -230,12 +246,6 @@ def lane_count(scene) -> int:
   """Perturbation lanes of a default differentiable `Rollout` (central differences over the state
   and the controls, plus the qpos guard lanes of a model with position constraints)."""
   return 1 + 2 * (scene.nx + scene.nu) + (2 * scene.nv if scene.has_position_constraints else 0)
-
-
-def _spread(times) -> float:
-  """(max - min) / median of repeated wall times: how far to trust a ratio built on them."""
-  t = np.asarray(times, dtype=float)
-  return float((t.max() - t.min()) / np.median(t))
 
 
 def bench_determinism(model: str, nworld: int, nstep: int, device: str, repeats: int) -> dict:

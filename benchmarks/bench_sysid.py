@@ -54,30 +54,17 @@ Prints a Markdown table (one line per case and tool) and writes `benchmarks/resu
 after every case. `--quick`: 1 and 2 trajectories of 40 steps and 4 of 200 at the limits, at most 5
 iterations (a check that it runs, well under a minute warm).
 
-Measured on a 2-core CPU (`python -m benchmarks.bench_sysid --device cpu --repeats 3 --budget 60`,
-14 minutes; shared with other jobs, so read the ratios within a case; the table is in
-`benchmarks/results/cpu.md`, the rows in `benchmarks/results/sysid_cpu.json`):
-  - smooth, 1 and 64 trajectories: all land on the truth, diffsim to float32 resolution
-    (3.7e-7..1.1e-6 relative, the truth within 0.8 std), `mujoco.sysid` to float64's. diffsim's
-    default takes 0.95 s and 32.4 s against `mujoco.sysid`'s 0.17 s and 14.3 s, the directional
-    Jacobian 0.55 s and 14.3 s (`mujoco.sysid`'s time on 64). The previous figures (0.47 s
-    and 19.6 s) predate the guard lanes of models with limits (`diffsim/step.py`): 26 lanes per
-    world instead of 21, and 6 iterations instead of 4 on one trajectory; on smooth data the
-    convergence test adds no rollout (identify with the previous `sysid.py` on the same step code
-    takes the same iterations and time).
-  - at the limits, 32 trajectories of 1 s, 8 of them reaching a limit: `mujoco.sysid` 12.8 s, exact;
-    diffsim's default 108 s, 2.8e-7 from the truth, converged; "forward" alone stalls 1.4e-4 away
-    (85.4 s) and says so (not converged); "directional" alone converges linearly, to 4.1e-7 in 45
-    iterations (68.1 s), and is not converged either: the forward Jacobian's step from there still
-    lowers the cost 18-fold.
-  - On the CPU diffsim misses both targets of issue #4 (parity on 1 trajectory, 10x faster on 64).
-    Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on one thread is
-    below MuJoCo C's on two (`mujoco.sysid`'s rollouts run on all threads); diffsim simulates 1 +
-    25 (directional: 1 + 10) worlds per trajectory against `mujoco.sysid`'s 1 + 10 rollouts per
-    evaluation, but needs fewer evaluations. Two Warp CPU graphs replayed from two Python threads at
-    once abort in Warp's tile arena (not thread-safe), so the second core stays idle.
-The targets are meant for a GPU, where the lanes of all worlds of a step run in parallel; run this
-file with `--device cuda:0` there (`mujoco.sysid` stays on the CPU). Not measured here (no GPU).
+The measured figures are in `benchmarks/results/cpu.md` (sysid section, from `benchmarks/results/cpu.json`;
+the README's sysid row is generated from the same run). Why diffsim is slower on the CPU at the default
+Jacobian: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on one thread is
+below MuJoCo C's on two (`mujoco.sysid`'s rollouts run on all threads: the `mujoco.sysid, 1 core` line
+pins it to one CPU, as diffsim is); diffsim simulates `1 + 2 nv + nparam` (+ `nv` guard) worlds per
+trajectory for the default Jacobian and `1 + nparam` for the directional one, against `mujoco.sysid`'s
+`1 + nparam` rollouts per evaluation, but needs fewer evaluations. Two Warp CPU graphs replayed from two
+Python threads at once abort in Warp's tile arena (not thread-safe): `diffsim.distributed` gives the
+other cores to other processes (`bench_distributed.py`). The targets are meant for a GPU, where the
+lanes of all worlds of a step run in parallel; run this file with `--device cuda:0` there
+(`mujoco.sysid` stays on the CPU).
 """
 
 from __future__ import annotations
@@ -96,6 +83,7 @@ import numpy as np
 import warp as wp
 
 from .bench_rollout import write_json
+from .timing import cpus, pinned
 
 # the 5-link arm of mujoco.sysid's integration test (mujoco/sysid/tests/test_integration.py)
 ARM_XML = """\
@@ -307,6 +295,11 @@ def identify_inputs(prob: Problem):
   return guess, recs, names, weights, bounds
 
 
+def _pinned_call(ncpu: int, fn, *args):
+  with pinned(ncpu):
+    return fn(*args)
+
+
 def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto", solver_settings=None) -> dict:
   """`diffsim.sysid.identify` on `prob` (the whole call) with the residual Jacobian `jacobian` (and
   `diffsim.SolverSettings`, default ones without)."""
@@ -338,7 +331,7 @@ JACOBIANS = {"diffsim": "auto", "forward": "forward", "directional": "directiona
 
 
 def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: int, budget: float, seed: int = 0,
-               scale: float = 1.3, limits: bool = False) -> dict:
+               scale: float = 1.3, limits: bool = False, pin_sysid: bool = True) -> dict:
   """`mujoco.sysid` and diffsim's Jacobians on one problem; see the module docstring for the fields.
 
   Args:
@@ -347,6 +340,7 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     device: diffsim's Warp device.
     repeats: timed runs per tool at most (alternating tools).
     budget: seconds per tool after which no further repeat starts.
+    pin_sysid: `mujoco.sysid` pinned to one CPU too (`sysid_1core_*`), as diffsim's Warp is.
 
   Returns:
     One row: times, iterations, rollouts, errors, final costs and (diffsim) convergence and the
@@ -356,6 +350,8 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
   """
   prob = Problem(ntraj, steps, kinds, scale=scale, seed=seed, limits=limits)
   fns = {"sysid": lambda: run_mujoco_sysid(prob, iters)}
+  if pin_sysid:
+    fns["sysid_1core"] = lambda: _pinned_call(1, run_mujoco_sysid, prob, iters)
   for tool, jac in JACOBIANS.items():
     if limits or tool != "forward":
       fns[tool] = lambda jac=jac: run_diffsim(prob, iters, device, jacobian=jac)
@@ -370,7 +366,7 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
   row = {"model": "arm5", "ntraj": ntraj, "steps": steps, "nparam": prob.truth.size, "params": "+".join(kinds),
          "device": str(wp.get_device(device)), "iters_max": iters, "scale": scale, "limits": limits,
          "guess": [float(v) for v in prob.guess], "at_limit": prob.at_limit,
-         "sysid_nthread": os.cpu_count() or 1}
+         "sysid_nthread": len(cpus())}
   for tool, rs in runs.items():
     last = rs[-1]
     row[f"{tool}_s"] = float(np.median([r["wall"] for r in rs]))
@@ -381,13 +377,15 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     row[f"{tool}_fun"] = float(last["fun"])
     row[f"{tool}_message"] = str(last["message"])
     row[f"{tool}_theta"] = [float(v) for v in last["theta"]]
-    if tool != "sysid":
+    if not tool.startswith("sysid"):
       # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
       row[f"{tool}_worlds"] = int(last["sim_worlds"])
       row[f"{tool}_success"] = bool(last["success"])
       # how far the truth lies outside the reported error bars (<= 3: honest)
       row[f"{tool}_z"] = float(np.max(np.abs(np.asarray(last["theta"]) - prob.truth) / np.asarray(last["std"])))
       row[f"{tool}_speedup"] = row["sysid_s"] / row[f"{tool}_s"]
+      if "sysid_1core_s" in row:
+        row[f"{tool}_speedup_1core"] = row["sysid_1core_s"] / row[f"{tool}_s"]
   row["speedup"] = row["diffsim_speedup"]
   return row
 
@@ -397,7 +395,8 @@ def table(rows: list[dict]) -> str:
   head = ("| problem | trajectories x steps | params | tool | time (s) | mujoco.sysid / tool time | iterations | "
           "rollouts (worlds) | max rel. error | max abs. error / std | converged |")
   lines = [head, "|" + "---|" * 11]
-  names = {"sysid": "mujoco.sysid", "diffsim": "diffsim (default)", "forward": "diffsim forward",
+  names = {"sysid": "mujoco.sysid", "sysid_1core": "mujoco.sysid, 1 core", "diffsim": "diffsim (default)",
+           "forward": "diffsim forward",
            "directional": "diffsim directional"}
   for r in rows:
     if r.get("limits"):
@@ -408,7 +407,7 @@ def table(rows: list[dict]) -> str:
       if f"{tool}_s" not in r:
         continue
       ratio = "" if tool == "sysid" else f"{r['sysid_s'] / r[f'{tool}_s']:.3g}"
-      rollouts = f"{r[f'{tool}_nfev']}x{r['ntraj']}" if tool == "sysid" else \
+      rollouts = f"{r[f'{tool}_nfev']}x{r['ntraj']}" if tool.startswith("sysid") else \
         f"{r[f'{tool}_nfev']} ({r.get(f'{tool}_worlds', '?')})"
       z = f"{r[f'{tool}_z']:.2g}" if f"{tool}_z" in r else ""
       ok = "" if f"{tool}_success" not in r else ("yes" if r[f"{tool}_success"] else "no")

@@ -122,7 +122,7 @@ def tolerance(results: str) -> str:
 
 # -- benchmarks --------------------------------------------------------------------------------------
 
-_NAMES = {"cartpole": "cart-pole", "so101": "SO-101", "humanoid": "humanoid"}
+_NAMES = {"cartpole": "cart-pole", "so101": "SO-101", "humanoid": "humanoid", "arm5": "5-link arm"}
 
 
 def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
@@ -143,7 +143,10 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
               f"{' and '.join(str(s) for s in sizes)} worlds)",
               f"{_span([r['fwd_over_raw'] for r in roll])}x its time over "
               f"{', '.join(_NAMES[m] for m in models[:-1])} and {_NAMES[models[-1]]} (diffsim records the "
-              "trajectory and runs one `mjw.forward` after the last step for its sensors)"))
+              "trajectory and runs one `mjw.forward` after the last step for its sensors; below 1 where it "
+              "skips the constraint solver in worlds without constraint rows, `diffsim/physics.py`)"
+              + "".join(f"; the {_NAMES[m]}: {_span([by[(m, n)]['fwd_over_raw'] for n in sizes if (m, n) in by])}x"
+                        for m in models if m == "arm5")))
   if all("fwd_over_user" in r for r in roll):
     parts = []
     for m in models:
@@ -178,8 +181,11 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
   return out
 
 
-def _mjx_rows(mjx: list[dict]) -> list[tuple[str, str]]:
-  mjx = sorted(mjx, key=lambda r: r["nworld"])
+def _mjx_rows(rows: list[dict]) -> list[tuple[str, str]]:
+  # unpinned rows (XLA on every core, Warp on one) carry the text; rows pinned to one CPU each add a clause
+  most = max(r.get("cores", 0) for r in rows)
+  mjx = sorted([r for r in rows if r.get("cores", 0) == most], key=lambda r: r["nworld"])
+  one = sorted([r for r in rows if r.get("cores") == 1 and most > 1], key=lambda r: r["nworld"])
   a, z = mjx[0], mjx[-1]
   slower = all(r["grad_ratio"] > 1 for r in mjx)
   verdict = "slower than MJX at every size on this CPU" if slower else \
@@ -190,6 +196,8 @@ def _mjx_rows(mjx: list[dict]) -> list[tuple[str, str]]:
   fd = ", ".join(f"{_f(r['grad_fd_ratio'], 1)}x" for r in mjx)
   first = ", ".join(f"{_g(r['diffsim_first_call_s'])} s" for r in mjx)
   counts = ", ".join(f"{r['nworld']:,}" for r in mjx)
+  pinned_grad = ", ".join(f"{_f(r['grad_ratio'], 1)}x at {r['nworld']:,}" for r in one)
+  pinned_fd = ", ".join(f"{_f(r['grad_fd_ratio'], 1)}x" for r in one)
   caches = "XLA cold, Warp " + mjx[0]["warp_cache"] if "warp_cache" in mjx[0] else "caches not recorded in this run"
   return [
     (f"gradient vs MJX `jax.grad` through `mjx.step` (cart-pole, {a['nstep']} steps, final-state loss, same gradient "
@@ -198,7 +206,9 @@ def _mjx_rows(mjx: list[dict]) -> list[tuple[str, str]]:
      f"{a['nworld']:,}, {ms(z['diffsim_grad_s'])} vs {ms(z['mjx_grad_s'])} at {z['nworld']:,}); with forward "
      f"differences (`central=False`: {a['nlane_fd']} lanes instead of {a['nlane']}, the gradient within "
      f"{_g(max(r['grad_fd_rel_err'] for r in mjx))} of MJX's) {fd}; MJX's forward is "
-     f"{_span([r['fwd_ratio'] for r in mjx], lambda x: _f(x, 0))}x faster"),
+     f"{_span([r['fwd_ratio'] for r in mjx], lambda x: _f(x, 0))}x faster"
+     + (f" ({most} cores for XLA, 1 for Warp); every thread pinned to one core: {pinned_grad} "
+        f"(forward differences {pinned_fd})" if one else "")),
     ("first call (compilation plus one run) of the gradient above",
      f"MJX's `jax.grad`: {_span([r['mjx_first_call_s'] for r in mjx], lambda x: _f(x, 0))} s per world count; "
      f"diffsim's: {first} at {counts} worlds ({caches})"),
@@ -272,6 +282,9 @@ def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
          f"{a['ntraj']} trajectory: diffsim {s(a['diffsim_s'])}, `jacobian=\"directional\"` ({a['directional_worlds']} "
          f"lanes instead of {a['diffsim_worlds']}) {s(a['directional_s'])}, `mujoco.sysid` {s(a['sysid_s'])}; "
          f"{z['ntraj']} trajectories: {s(z['diffsim_s'])}, {s(z['directional_s'])} and {s(z['sysid_s'])}")
+  if "sysid_1core_s" in z:
+    txt += (f" (`mujoco.sysid` on all {z['sysid_nthread']} cores; pinned to one, as Warp is: "
+            f"{s(a['sysid_1core_s'])} and {s(z['sysid_1core_s'])})")
   if lim:
     r = lim[0]
     conv = lambda k: "converged" if r[f"{k}_success"] else "not converged"

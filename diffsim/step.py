@@ -50,6 +50,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from .physics import Physics
 from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
 
 __all__ = ["FiniteDifferenceStep"]
@@ -623,7 +624,9 @@ class FiniteDifferenceStep:
     self.coord_lanes = wp.array(lanes, dtype=wp.vec4i, device=dev)
     # the lane worlds' MJWarp Data; `lazy`: on first use (a Rollout whose tape gradients are analytic
     # steps them only to linearize)
-    self._data = None if lazy else scene.data(self.nlane)
+    self._data = self._physics = None
+    if not lazy:
+      self._allocate()
     # steps taken by a captured one-step graph replayed in a loop (see `advance`); 0 when eager
     self.count = wp.zeros(1, dtype=int, device=dev)
     self.h_dir = wp.zeros((scene.nworld, max(self.ndir, 1)), dtype=float, device=dev)
@@ -636,8 +639,12 @@ class FiniteDifferenceStep:
       if self.scene.device.is_capturing:
         raise RuntimeError(f"the {self.nlane} perturbation lanes per world were first needed inside a graph "
                            "capture, where they cannot be allocated; run the call once eagerly before capturing")
-      self._data = self.scene.data(self.nlane)
+      self._allocate()
     return self._data
+
+  def _allocate(self) -> None:
+    self._data = self.scene.data(self.nlane)
+    self._physics = Physics(self.scene.model, self._data)  # mjw.step without idle constraint solves
 
   @property
   def param_lane0(self) -> int:
@@ -703,11 +710,9 @@ class FiniteDifferenceStep:
     switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller); in forward
     mode `jac` and `sjac` are the tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
     writes `jac[:, k + 1]` and `sjac[:, k]`."""
-    import mujoco_warp as mjw
-
     s, d = self.scene, self.data
     self._lanes_in(traj, ctrl, warm, k, k, h_param, jac)
-    mjw.step(s.model, d)
+    self._physics.step()
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 1, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
@@ -715,11 +720,9 @@ class FiniteDifferenceStep:
 
   def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
     """Sensors at the final state `k` (control held at `ctrl[:, k - 1]`): sensordata `k`, `sjac[:, k]`."""
-    import mujoco_warp as mjw
-
     s, d = self.scene, self.data
     self._lanes_in(traj, ctrl, warm, k, k - 1, h_param, jac)
-    mjw.forward(s.model, d)
+    self._physics.forward()
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 0, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:

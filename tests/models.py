@@ -1,6 +1,7 @@
 """Small MJCF models shared by the tests (inline, as in MuJoCo Warp's tests)."""
 
 import mujoco
+import numpy as np
 
 import diffsim
 
@@ -275,3 +276,65 @@ IMPLICITFAST_FREE = (SMOOTH.replace('<option timestep="0.005"/>',
                               '    <motor name="twist" joint="tumble" gear="0.1 0 0.05 0.2 0.1 0"/>\n  </actuator>')
                      .replace('  </sensor>', '    <framequat name="tumbler_quat" objtype="body" objname="tumbler"/>\n'
                               '    <frameangvel name="fin_angvel" objtype="xbody" objname="fin"/>\n  </sensor>'))
+
+
+# -- inputs of the gradient checks -----------------------------------------------------------------
+# tests/test_gradients.py checks them; benchmarks/bench_gradients.py stores the errors they measure
+# (the README's "Gradient quality" table): one definition, so the table is the tests' own cases.
+
+
+def _cartpole_inputs(mjm, nstep):
+  rng = np.random.default_rng(0 if nstep == 100 else 7)
+  if nstep == 100:
+    params = [diffsim.Param("body_mass", "pole"), diffsim.Param("dof_damping", "hinge"),
+              diffsim.Param("opt.gravity", components=[2])]
+    return dict(ctrl=0.5 * rng.standard_normal((100, 1)), qpos0=[0.1, 0.3], qvel0=[0.0, 0.5], params=params)
+  return dict(ctrl=0.5 * rng.standard_normal((nstep, 1)), qpos0=[0.1, 0.3], wrt=("ctrl", "qpos0", "qvel0"))
+
+
+def _ball_free_inputs(mjm, nstep):
+  rng = np.random.default_rng(1)
+  qpos0 = mjm.qpos0.copy()
+  qpos0[1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
+  qvel0 = 0.5 * rng.standard_normal(mjm.nv)
+  qvel0[7:10] = [1.0, 3.0, -2.0]  # spin the free body
+  params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
+  return dict(ctrl=0.3 * rng.standard_normal((nstep, mjm.nu)), qpos0=qpos0, qvel0=qvel0, params=params)
+
+
+def _rolling_ball_inputs(mjm, nstep):
+  rng = np.random.default_rng(2)
+  params = [diffsim.Param("body_mass", "ball"), diffsim.Param("dof_damping", "ball")]
+  return dict(ctrl=2.0 + 0.5 * rng.standard_normal((nstep, 1)), qvel0=[0.3, 0, 0, 0, 6.0, 0], params=params)
+
+
+def _so101_inputs(mjm, nstep):
+  nu = mjm.nu
+  if nstep == 40:
+    rng = np.random.default_rng(0)
+    ctrl = np.tile(0.3 * rng.standard_normal(nu), (40, 1)) + 0.05 * rng.standard_normal((40, nu))
+    params = [diffsim.Param("dof_damping", "elbow_flex"), diffsim.Param("dof_armature", "shoulder_lift"),
+              diffsim.Param("actuator_gainprm", "elbow_flex")]
+    return dict(ctrl=ctrl, params=params)
+  rng = np.random.default_rng(7)
+  rng.standard_normal((300, 1))  # the long-horizon cart-pole's draw comes first from the same generator
+  ctrl = np.tile(0.3 * rng.standard_normal(nu), (nstep, 1)) + 0.05 * rng.standard_normal((nstep, nu))
+  return dict(ctrl=ctrl, params=[diffsim.Param("dof_damping", "elbow_flex")], wrt=("qvel0", "params"))
+
+
+# case: (model fixture, steps, inputs)
+GRADIENT_CASES = {
+  "cartpole_100": ("cartpole", 100, _cartpole_inputs),
+  "cartpole_300": ("cartpole", 300, _cartpole_inputs),
+  "ball_free_60": ("ball_free", 60, _ball_free_inputs),
+  "rolling_ball_60": ("rolling_ball", 60, _rolling_ball_inputs),
+  "so101_40": ("so101", 40, _so101_inputs),
+  "so101_300": ("so101", 300, _so101_inputs),
+}
+
+
+def gradient_inputs(case: str, scene, nstep: int | None = None) -> dict:
+  """`check_gradients`' keyword arguments (`ctrl` among them) of gradient check `case` on `scene` (its
+  model), at the case's steps or `nstep`."""
+  _, steps, inputs = GRADIENT_CASES[case]
+  return inputs(scene.mjm, steps if nstep is None else nstep)

@@ -12,8 +12,10 @@ from benchmarks import bench_mjx  # noqa: E402
 
 def test_bench_mjx_tiny(tmp_path, capsys):
   rows = bench_mjx.main(["--device", "cpu", "--sizes", "2", "--nstep", "5", "--repeats", "1", "--out", str(tmp_path)])
-  assert len(rows) == 1
+  assert [r["cores"] for r in rows][1:] == [1] and len(rows) == 2  # unpinned, then pinned to one CPU
+  assert rows[1]["xla_cache"] == "cold" and rows[1]["warp_cache"] == "warm"
   r = rows[0]
+  assert set(r["spread"]) == {"ds_grad", "mx_grad", "ds_fwd", "mx_fwd", "ds_grad_fd"}
   assert (r["nworld"], r["nstep"], r["device"], r["model"]) == (2, 5, "cpu", "cartpole")
   for key in ("mjx_fwd_s", "mjx_fwd_wsps", "mjx_grad_s", "diffsim_fwd_s", "diffsim_fwd_wsps", "diffsim_grad_s",
               "grad_ratio", "fwd_ratio", "mjx_first_call_s", "diffsim_first_call_s"):

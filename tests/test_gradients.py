@@ -14,6 +14,8 @@ import warp as wp
 import diffsim
 from diffsim.gradcheck import check_gradients, mujoco_rollout
 
+import models
+
 TOL = 1e-2  # the bar where the physics is kinked (contacts, dry friction, saturating servos)
 
 
@@ -30,35 +32,27 @@ def _assert_close(res, tol: dict[str, float]):
     assert err < bound, f"{name}: relative error {err:.2e} >= {bound} ({res})"
 
 
+def _check(case: str, scene):
+  """`check_gradients` of `models.GRADIENT_CASES[case]` (the cases the README's table reports)."""
+  kw = models.gradient_inputs(case, scene)
+  return check_gradients(scene, kw.pop("ctrl"), **kw)
+
+
 def test_cartpole_gradients(cartpole):
-  rng = np.random.default_rng(0)
-  params = [diffsim.Param("body_mass", "pole"), diffsim.Param("dof_damping", "hinge"),
-            diffsim.Param("opt.gravity", components=[2])]
-  res = check_gradients(cartpole, 0.5 * rng.standard_normal((100, 1)), qpos0=[0.1, 0.3], qvel0=[0.0, 0.5],
-                        params=params)
+  res = _check("cartpole_100", cartpole)
   # measured: 2-6e-5; the hinge damping 1.0e-3 (world 1, where its gradient is mostly cancelled)
   _assert_close(res, {"*": 3e-4, "dof_damping:hinge": TOL})
 
 
 def test_ball_and_free_joint_gradients(ball_free):
-  m = ball_free.mjm
-  rng = np.random.default_rng(1)
-  qpos0 = m.qpos0.copy()
-  qpos0[1:5] = np.array([0.9, 0.2, 0.3, 0.1]) / np.linalg.norm([0.9, 0.2, 0.3, 0.1])
-  qvel0 = 0.5 * rng.standard_normal(m.nv)
-  qvel0[7:10] = [1.0, 3.0, -2.0]
-  params = [diffsim.Param("body_mass", "bob"), diffsim.Param("dof_damping", "ball")]
-  res = check_gradients(ball_free, 0.3 * rng.standard_normal((60, m.nu)), qpos0=qpos0, qvel0=qvel0, params=params)
+  res = _check("ball_free_60", ball_free)
   # measured: ctrl 8e-5, qvel0 1e-4, damping 3e-4, qpos0 4e-4, mass 1.2e-3
   _assert_close(res, {"*": 1e-3, "qpos0": 4e-3, "dof_damping:ball": 3e-3, "body_mass:bob": TOL})
 
 
 def test_contact_gradients_rolling_ball(rolling_ball):
   """A ball pushed across a plane: one soft contact, rolling with friction."""
-  rng = np.random.default_rng(2)
-  params = [diffsim.Param("body_mass", "ball"), diffsim.Param("dof_damping", "ball")]
-  res = check_gradients(rolling_ball, 2.0 + 0.5 * rng.standard_normal((60, 1)),
-                        qvel0=[0.3, 0, 0, 0, 6.0, 0], params=params)
+  res = _check("rolling_ball_60", rolling_ball)
   # measured: ctrl 1.9e-4, mass 1.5e-4, qvel0 4.6e-4, qpos0 9e-4. The ball's damping errs by 9.8e-3 /
   # 8.9e-3 (worlds 0 / 1) whatever the parameter's step (1e-3..1e-1) or a 10x smaller qpos step: a
   # systematic difference not yet explained (it was 7.8e-3 before per-world inputs), held at TOL
@@ -86,11 +80,7 @@ def test_so101_gradients(so101):
   """The SO-101 arm with dry friction (frictionloss) and saturating servos (forcerange), at the
   default steps users run: both kink the forces in the controls, so the default control step there
   is the small one (`KINKED_CTRL_EPS`; the general 1e-2 errs by 6e-2 on the controls here)."""
-  rng = np.random.default_rng(0)
-  ctrl = np.tile(0.3 * rng.standard_normal(so101.nu), (40, 1)) + 0.05 * rng.standard_normal((40, so101.nu))
-  params = [diffsim.Param("dof_damping", "elbow_flex"), diffsim.Param("dof_armature", "shoulder_lift"),
-            diffsim.Param("actuator_gainprm", "elbow_flex")]
-  res = check_gradients(so101, ctrl, params=params)
+  res = _check("so101_40", so101)
   # measured: 2.5e-5 (damping) to 9.5e-4 (armature)
   _assert_close(res, {"*": TOL})
 
@@ -98,12 +88,9 @@ def test_so101_gradients(so101):
 def test_long_horizon_gradients(cartpole, so101):
   """300 steps, longer than any trajectory optimized in the tutorials (200-250): float32 errors and
   kinks compound along the adjoint recursion, so a short check could hide them."""
-  rng = np.random.default_rng(7)
-  res = check_gradients(cartpole, 0.5 * rng.standard_normal((300, 1)), qpos0=[0.1, 0.3],
-                        wrt=("ctrl", "qpos0", "qvel0"))
+  res = _check("cartpole_300", cartpole)
   _assert_close(res, {"*": 1e-3})  # measured: 5e-5 (ctrl, qvel0), 1.4e-4 (qpos0)
-  ctrl = np.tile(0.3 * rng.standard_normal(so101.nu), (300, 1)) + 0.05 * rng.standard_normal((300, so101.nu))
-  res = check_gradients(so101, ctrl, params=[diffsim.Param("dof_damping", "elbow_flex")], wrt=("qvel0", "params"))
+  res = _check("so101_300", so101)
   _assert_close(res, {"*": TOL, "dof_damping:elbow_flex": 2e-3})  # measured: qvel0 4.2e-3, damping 1.7e-4
 
 

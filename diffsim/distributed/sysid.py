@@ -89,6 +89,7 @@ class ShardedProblem:
     self.nstart = int(nstart)
     self.nworld = self.nstart * self.worlds.nseg
     self.nparam, self.nunknown, self.nresidual = u.nparam, u.nunknown, self.worlds.nresidual
+    self.nseries = self.worlds.nseries
     if workers is not None:
       check_shards(workers, len(recs))
     nshard = cluster.use(min(cluster.workers, len(recs)) if workers is None else workers, len(recs))

@@ -4,7 +4,9 @@ At the solution, `cov = s^2 (J^T J)^-1` with `s^2 = 2 cost / (nresidual - nunkno
 variance; with weights `1 / sigma` it is about 1), marginalized over the initial states solved for
 (`NormalEquations.schur`), with `s^2` multiplied by `(1 + rho) / (1 - rho)` for residuals with lag-1
 autocorrelation `rho` along time (`data_std`): the misfit of a float32 simulation of noise-free data
-drifts (`rho` close to 1), and the plain formula puts the truth tens to hundreds of std away. To
+drifts (`rho` close to 1), and the plain formula puts the truth tens to hundreds of std away. The
+factor is at most the samples per residual series: a series that drifts as one smooth piece (`rho`
+at or numerically above 1) counts as one sample, not as fewer. To
 that (`SysIdResult.std_data`) the std adds in quadrature what the solver leaves open: the other
 Jacobian's step at the solution (their disagreement), the step still proposed (divided by `1 - q`
 where steps shrink by `q` per iteration) and `xtol` times the value (the float32 resolution LM
@@ -44,18 +46,21 @@ COND_WARN = 1e5  # above (sigma_min / sigma_max < 3e-3): the std may be off by t
 _RHO_MAX = 1.0 - 1e-6
 
 
-def _inflation(rho: float) -> float:
+def _inflation(rho: float, most: float = np.inf) -> float:
   """Variance factor `(1 + rho) / (1 - rho)` of residuals correlated along time with lag-1
-  autocorrelation `rho` (an AR(1) process; 1 for white noise, negative `rho` counted as 0)."""
+  autocorrelation `rho` (an AR(1) process; 1 for white noise, negative `rho` counted as 0), at most
+  `most`: the samples per residual series, where a series that drifts as one piece (`rho` at 1)
+  still counts as one sample."""
   r = min(max(float(rho), 0.0), _RHO_MAX)
-  return (1.0 + r) / (1.0 - r)
+  return min((1.0 + r) / (1.0 - r), most)
 
 
 def data_std(ne: NormalEquations, s: int, fun: float, nresidual: int, nunknown: int, *,
-             correlated: bool = True) -> np.ndarray:
+             correlated: bool = True, nseries: int = 1) -> np.ndarray:
   """`(nparam,)` std of the parameters of start `s` that the misfit left supports: `s^2 (J^T J)^-1`
   with the residual variance `s^2 = 2 cost / (nresidual - nunknown)`, times `_inflation(rho)` for
-  residuals correlated along time (`NormalEquations.rho`; `correlated=False`: not).
+  residuals correlated along time (`NormalEquations.rho`; `correlated=False`: not), at most the
+  samples per series (`nresidual / nseries`: one effective sample per residual series).
 
   The usual formula counts every residual as an independent sample: right for white measurement
   noise (`rho ~ 0`), but the misfit of a float32 simulation of noise-free data, or of a model
@@ -63,14 +68,15 @@ def data_std(ne: NormalEquations, s: int, fun: float, nresidual: int, nunknown: 
   hundreds of std away (`benchmarks/bench_sysid.py`'s arm, smooth and at joint limits); the AR(1)
   factor (one effective sample per correlation length) brings it to a few std.
   """
-  s2 = 2.0 * fun / max(nresidual - nunknown, 1) * (_inflation(ne.rho[s]) if correlated else 1.0)
+  s2 = 2.0 * fun / max(nresidual - nunknown, 1) * (_inflation(ne.rho[s], nresidual / max(nseries, 1))
+                                                    if correlated else 1.0)
   return np.sqrt(s2 * np.clip(np.diag(np.linalg.pinv(ne.schur(s))), 0.0, None))
 
 
 def confidence(ne: NormalEquations, s: int, fun: float, nresidual: int, nunknown: int, labels: list[str], *,
                theta: np.ndarray | None = None, jacobian_std: np.ndarray | None = None,
                resolution: float = 2.0 ** -24, cond_warn: float = COND_WARN, null_eig: float = NULL_EIG,
-               positive: np.ndarray | None = None):
+               positive: np.ndarray | None = None, nseries: int = 1):
   """Covariance of the parameters from the Gauss-Newton Hessian, and identifiability warnings.
 
   The parameters' information matrix is `J^T J` with the nuisance unknowns (initial states)
@@ -97,6 +103,7 @@ def confidence(ne: NormalEquations, s: int, fun: float, nresidual: int, nunknown
     null_eig: eigenvalues of the scaled information below this fraction of the largest (and
       parameters keeping less than this fraction of their information once the initial states are
       eliminated) count as zero: float32 finite-difference Jacobians resolve no finer.
+    nseries: residual series (a world's signal along time), for `data_std`'s bound on the inflation.
     positive: `(nparam,)` which parameters are positive quantities (lower bound 0 or above): one
       whose std exceeds its value is named in a warning. The scaled analysis above cannot see that:
       a parameter the data barely touch (the servo of a joint that does not move) keeps a column
@@ -106,7 +113,7 @@ def confidence(ne: NormalEquations, s: int, fun: float, nresidual: int, nunknown
     `(cov (nparam, nparam), std (nparam,), corr (nparam, nparam), cond, warnings, data_std (nparam,))`.
   """
   n = len(labels)
-  s2 = 2.0 * fun / max(nresidual - nunknown, 1) * _inflation(ne.rho[s])
+  s2 = 2.0 * fun / max(nresidual - nunknown, 1) * _inflation(ne.rho[s], nresidual / max(nseries, 1))
   theta = np.zeros(n) if theta is None else np.asarray(theta, dtype=np.float64)
   jstd = np.zeros(n) if jacobian_std is None else np.asarray(jacobian_std, dtype=np.float64)
   info = _ScaledInformation(ne, s, null_eig)

@@ -287,7 +287,8 @@ def _assemble(prob: Problem, vector: ParamVector, theta0: np.ndarray, outcome: S
   wall = time.perf_counter() - t0
   jac_std = outcome.jacobian_std[best] if outcome.jacobian_std is not None else np.zeros(prob.nparam)
   cov, std, corr, cond, msgs, data_std = confidence(
-    ne, sb, fun, prob.nresidual, prob.nunknown, vector.labels, theta=theta[best], jacobian_std=jac_std,
+    ne, sb, fun, prob.nresidual, prob.nunknown, vector.labels, nseries=prob.nseries, theta=theta[best],
+    jacobian_std=jac_std,
     resolution=xtol if method == "lm" else 2.0 ** -24,
     # at a minimum only: elsewhere the misfit is the error
     positive=(vector.lower >= 0.0) if outcome.success[best] else None)

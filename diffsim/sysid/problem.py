@@ -156,7 +156,7 @@ class Problem:
     self.worlds = Worlds(mjm, recs, segments(recs, shooting), colw, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
     self.nstart = int(nstart)
     self.nworld = self.nstart * self.worlds.nseg
-    self.nresidual = self.worlds.nresidual
+    self.nresidual, self.nseries = self.worlds.nresidual, self.worlds.nseries
     self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver_settings)
     self.params = params
     # controls are data here: no Jacobian columns (and lanes) for them

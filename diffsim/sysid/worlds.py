@@ -156,6 +156,7 @@ class Worlds:
     measured: `{"qpos": (nseg, nsample, nq), "qvel": ..., "sensordata": ...}`.
     weight: `(nseg, nsample, nsignal)`, 0 where not measured.
     nresidual: weighted residuals (nonzero weights).
+    nseries: residual series, (world, signal) pairs with a weighted sample.
     fit_qvel, fit_qpos: `(nseg,)` whose initial velocity, position is solved for.
   """
 
@@ -186,6 +187,8 @@ class Worlds:
     for msg in filter(None, (_data.initial_state_warning(r) for r in recs)):
       warnings.warn(msg, stacklevel=4)
     self.nresidual = int(np.count_nonzero(self.weight))
+    # residual series (a world's signal along time): each counts as one sample at least in `data_std`
+    self.nseries = int(np.count_nonzero(self.weight.any(axis=1)))
 
   def _fill(self, g: int, sg: Segment, mjm, colw, fit_qvel0, fit_qpos0) -> None:
     """World `g`'s controls, initial state, measurements and weights from segment `sg`."""
