@@ -13,7 +13,9 @@ people edit. Blocks:
   - `adjoint`: the analytic adjoint's cost table, from `adjoint_cpu.json` (`bench_adjoint.py`);
   - `distributed`: 1 vs 2 Ray workers, from `distributed_cpu.json` (`bench_distributed.py`);
   - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
-    with the command that produced it).
+    with the command that produced it);
+  - `tolerance`: the solver tolerance's table, from `tolerance_cpu.json` (`bench_tolerance.py`);
+  - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`).
 
 Run `python -m benchmarks.readme` after storing new results to update README.md;
 `python -m benchmarks.readme --check` exits 1, printing the difference, when README.md disagrees
@@ -318,6 +320,26 @@ def benchmarks(results: str) -> str:
   return "\n".join(out)
 
 
+def startup(results: str) -> str:
+  """The "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`)."""
+  sec = _load(results, "cpu.json")["sections"]
+  rows = {r["what"]: r for r in sec["startup"]}
+  imports = next(r["imports_s"] for r in sec["startup"] if r.get("imports_s"))
+  sysid = rows["diffsim sysid (spring-mass, 500 samples)"]["wall_s"]
+  bare = rows["diffsim sysid --no-plots"]["wall_s"]
+  cold = next((r["wall_s"] for w, r in rows.items() if "cold kernel cache" in w), None)
+  return (f"`import diffsim` loads Warp, MuJoCo Warp and matplotlib only when a name that needs them is first\n"
+          f"used ({_f(rows['import diffsim']['wall_s'])} s; `python -c pass` {_f(rows['python -c pass']['wall_s'])} s). "
+          f"A whole warm-cache `diffsim sysid` process on a\none-parameter spring-mass with 500 samples takes "
+          f"{_f(sysid, 1)} s on this project's 2-core CPU ({_f(bare, 1)} s with\n`--no-plots`"
+          + (f"; {_f(cold, 0)} s on a new machine, whose empty kernel cache makes Warp compile every kernel the "
+             "command\nneeds" if cold is not None else "")
+          + f"): importing `mujoco_warp` alone takes {_f(imports['mujoco_warp'])} s (Warp builds its kernels'\n"
+          f"definitions at import; `warp` itself {_f(imports['warp'])} s, `mujoco` {_f(imports['mujoco'])} s),\n"
+          "and MJWarp's first step hashes and loads its cached kernel modules (`python -m benchmarks.bench_startup`,\n"
+          f"median of {rows['import diffsim']['repeats']} fresh processes each).")
+
+
 # name: (renderer, its sources under benchmarks/results)
 BLOCKS = {
   "gradients": (gradients, ("gradients_cpu.json", "contact_gradients_cpu.json")),
@@ -325,6 +347,7 @@ BLOCKS = {
   "adjoint": (adjoint, ("adjoint_cpu.json",)),
   "distributed": (distributed, ("distributed_cpu.json",)),
   "tolerance": (tolerance, ("tolerance_cpu.json",)),
+  "startup": (startup, ("cpu.json",)),
 }
 
 

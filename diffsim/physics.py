@@ -18,8 +18,11 @@ the solver where `nefc == 0` (`qacc = qacc_smooth`). `Physics` does the same per
 
 Not covered, where `mjw.step` / `mjw.forward` run unchanged: CUDA devices (the solver allocates its
 workspace inside the step, and a CUDA graph's conditional body cannot allocate), the RK4 and discrete
-integrators, sleeping trees and control callbacks. What it saves: `benchmarks/bench_rollout.py`'s
-"diffsim vs raw `mjw.step`" column (the same start and controls, alternately timed).
+integrators, sleeping trees and control callbacks. What it saves, and what it costs where it saves
+nothing (a flag kernel per step; where only some worlds lack rows, the smooth solve of every world,
+as MJWarp's factorization takes no per-world mask: a few percent on the contact-rich humanoid):
+`benchmarks/bench_rollout.py`'s "diffsim vs raw `mjw.step`" column (same start and controls,
+alternately timed).
 """
 
 from __future__ import annotations

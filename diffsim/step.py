@@ -50,8 +50,8 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from .physics import Physics
 from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
+from .physics import Physics
 
 __all__ = ["FiniteDifferenceStep"]
 

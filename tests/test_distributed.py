@@ -367,6 +367,28 @@ def test_sysid_equals_one_process(cluster, recordings, case):
       np.testing.assert_allclose(a[kind], b[kind], rtol=1e-5, atol=1e-6)
 
 
+def test_shard_grid_splits_recordings_first_then_starts():
+  from diffsim.distributed.sysid import shard_grid
+
+  assert shard_grid(2, 64, 1) == ([range(0, 1)], [range(0, 32), range(32, 64)])
+  assert shard_grid(2, 1, 4) == ([range(0, 2), range(2, 4)], [range(0, 1)])
+  assert shard_grid(4, 2, 3) == ([range(0, 1), range(1, 3)], [range(0, 1), range(1, 2)])
+  assert shard_grid(3, 2, 3) == ([range(0, 3)], [range(0, 1), range(1, 2)])  # 2 x 1 shards: one worker idle
+
+
+def test_sysid_starts_split_between_workers(cluster, recordings):
+  """One recording, two starts, two workers: each worker holds one start (a shard of the start grid)."""
+  kw = dict(device="cpu", progress=False, maxiter=8, starts=2, seed=3)
+  one = diffsim.sysid.identify(PENDULUM, recordings[:1], SYSID_PARAMS, **kw)
+  two = cluster.identify(PENDULUM, recordings[:1], SYSID_PARAMS, **kw)
+  assert cluster.last_traffic.workers == 2
+  assert two.nit == one.nit and two.nfev == one.nfev
+  for k in SYSID_PARAMS:
+    assert two.x[k] == pytest.approx(one.x[k], rel=1e-6)
+  np.testing.assert_allclose(two.history["fun"], one.history["fun"], rtol=1e-6)
+  np.testing.assert_allclose(two.signals.after[0]["qpos"], one.signals.after[0]["qpos"], rtol=1e-5, atol=1e-6)
+
+
 def test_sysid_bytes_per_iteration(cluster, recordings):
   """Only the normal-equation blocks cross per LM iteration, not the residuals or their Jacobian."""
   from diffsim.distributed.sysid import ShardedProblem
@@ -376,7 +398,8 @@ def test_sysid_bytes_per_iteration(cluster, recordings):
   mjm = diffsim.scene.load_mjmodel(PENDULUM)
   recs = as_recordings(recordings, mjm, False, None)
   params = [Param("body_mass", "pole"), Param("dof_damping", "hinge")]
-  prob = ShardedProblem(cluster, mjm, recs, params, weights=None, normalize=True, shooting=20, nstart=1, central=False,
+  # shooting=25: a problem no other test of this module's cluster built, so the first call ships it
+  prob = ShardedProblem(cluster, mjm, recs, params, weights=None, normalize=True, shooting=25, nstart=1, central=False,
                         eps=None, fit_qvel0=True)
   x = prob.unknowns.initial(np.array([[0.5, 0.05]]))
   prob.linearize(x)  # the first call ships the problem and the recordings
@@ -416,7 +439,7 @@ def test_sysid_bad_input(cluster, recordings, monkeypatch, capsys):
       identify(PENDULUM, recordings, SYSID_PARAMS, workers=bad)
   with pytest.raises(ValueError, match=r"5 workers for 4 recordings.*workers <= 4"):
     identify(PENDULUM, recordings, SYSID_PARAMS, workers=5)  # before Ray starts
-  with pytest.raises(ValueError, match="2 workers for 1 recordings"):
+  with pytest.raises(ValueError, match=r"2 workers for 1 recordings x 1 starts.*workers <= 1"):
     cluster.identify(PENDULUM, recordings[:1], SYSID_PARAMS, workers=2)
   with pytest.raises(ValueError, match="workers=3, but the cluster has 2"):
     cluster.identify(PENDULUM, recordings, SYSID_PARAMS, workers=3)

@@ -1,10 +1,13 @@
-"""System identification sharded over a `Cluster`'s workers: recordings split, normal equations gathered.
+"""System identification sharded over a `Cluster`'s workers: recordings and starts split, normal
+equations gathered.
 
 `ShardedProblem` stands in for `diffsim.sysid.problem.Problem` (the methods and attributes `lm`, `adam`
 and `identify` use), so the solvers run unchanged on the driver. The recordings are split into
-contiguous shards, one per worker; each worker builds the `Problem` of its recordings once (all the
-starts, its Scene, buffers and captured graphs; kept between iterations) and, at each iteration,
-linearizes at the unknowns the driver broadcasts. Only the small blocks cross:
+contiguous groups, one per worker; workers beyond the recordings split the starts too (each start is
+its own least-squares problem: `identify(starts=k)`), so a shard is a group of starts times a group of
+recordings. Each worker builds the `Problem` of its shard once (its Scene, buffers and captured
+graphs; kept between iterations) and, at each iteration, linearizes at the unknowns the driver
+broadcasts. Only the small blocks cross:
 
   - sent: per start, the parameters and the shard's own nuisance blocks (`(nstart, nparam + nfree_k nblock)`);
   - back: `cost`, `Htt`, `gt`, `changes` (summed: the worlds' residuals are disjoint), `Htn`, `Hnn`, `gn`
@@ -13,7 +16,8 @@ linearizes at the unknowns the driver broadcasts. Only the small blocks cross:
     (the ratio of the pooled sums, as one process pools them over all its worlds; averaging the
     shards' `rho` would weight them wrongly).
 
-The driver then solves exactly as one process does. The results equal one process's to float32
+Per start, the sums run over the shards of its start group. The driver then solves exactly as one
+process does. The results equal one process's to float32
 rounding: each world's rollout is the same computation, and only the order of the float64 sums over
 worlds differs. Adam gathers the gradient the same way (costs and gradients summed).
 
@@ -46,11 +50,19 @@ _SUMMED = ("cost", "Htt", "gt", "changes", "num", "den")
 _PER_WORLD = ("Htn", "Hnn", "gn")
 
 
-def check_shards(workers: int, nrec: int) -> None:
-  """ValueError unless each of `workers` gets at least one of the `nrec` recordings."""
-  if workers > nrec:
-    raise ValueError(f"{workers} workers for {nrec} recordings: the recordings are split between the workers and "
-                     f"each needs at least one; pass workers <= {nrec}")
+def check_shards(workers: int, nrec: int, nstart: int = 1) -> None:
+  """ValueError unless each of `workers` gets at least one of the `nrec` recordings times `nstart` starts."""
+  if workers > nrec * nstart:
+    raise ValueError(f"{workers} workers for {nrec} recordings x {nstart} starts: the recordings (and, beyond them, "
+                     f"the starts) are split between the workers and each needs at least one; pass workers <= "
+                     f"{nrec * nstart}")
+
+
+def shard_grid(workers: int, nrec: int, nstart: int) -> tuple[list[range], list[range]]:
+  """The start groups and recording groups of `workers` shards: the recordings split first (at most one
+  group per recording), then the starts among the groups' copies (`len(starts) * len(recs) <= workers`)."""
+  nrg = min(workers, nrec)
+  return shards(nstart, min(nstart, workers // nrg)), shards(nrec, nrg)
 
 
 class ShardedProblem:
@@ -60,7 +72,8 @@ class ShardedProblem:
     cluster: a `Cluster` (held open while this is used).
     mjm: the host model; recs: validated recordings (`sysid.worlds.as_recordings`).
     params: the rollout's `Param`s; the other arguments as `Problem`'s (`device` is each worker's).
-    workers: use the first `workers` of the cluster's workers (default: all, at most one per recording).
+    workers: use the first `workers` of the cluster's workers (default: all, at most one per recording and
+      start).
 
   Attributes:
     As `Problem`'s, on the driver: mjm, worlds, unknowns (host arrays of all the recordings), nstart,
@@ -90,14 +103,15 @@ class ShardedProblem:
     self.nworld = self.nstart * self.worlds.nseg
     self.nparam, self.nunknown, self.nresidual = u.nparam, u.nunknown, self.worlds.nresidual
     self.nseries = self.worlds.nseries
+    npair = len(recs) * self.nstart
     if workers is not None:
-      check_shards(workers, len(recs))
-    nshard = cluster.use(min(cluster.workers, len(recs)) if workers is None else workers, len(recs))
+      check_shards(workers, len(recs), self.nstart)
+    nshard = cluster.use(min(cluster.workers, npair) if workers is None else workers, npair)
+    self._starts, self._rec_parts = shard_grid(nshard, len(recs), self.nstart)
     # a shard's worlds are its recordings' segments, a contiguous run; so are its free worlds' blocks
     seg_rec = np.array([sg.rec for sg in segs])
-    self._parts = shards(len(recs), nshard)
     self._blocks = []
-    for part in self._parts:
+    for part in self._rec_parts:
       mine = (seg_rec >= part.start) & (seg_rec < part.stop)
       before = int(u.free[:int(np.argmax(mine))].sum())
       nfree = int(u.free[mine].sum())
@@ -107,11 +121,14 @@ class ShardedProblem:
                          "in velocity only (some without qpos or qvel), which the shards cannot lay out alike: order "
                          "the recordings so that each kind is together, or run in one process (workers=None)")
       self._blocks.append(slice(u.nparam + before * u.nblock, u.nparam + (before + nfree) * u.nblock))
-    self._labels = [f"recordings {p.start}-{p.stop - 1}" for p in self._parts]
-    spec = dict(model=mjm, params=params, column_weight=colw, shooting=shooting, nstart=self.nstart,
-                solver_settings=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
+    # shard i: start group i // len(rec_parts), recording group i % len(rec_parts)
+    self._parts = [(st, rp) for st in self._starts for rp in range(len(self._rec_parts))]
+    self._labels = [(f"starts {st.start}-{st.stop - 1}, " if len(self._starts) > 1 else "")
+                    + f"recordings {self._rec_parts[rp].start}-{self._rec_parts[rp].stop - 1}" for st, rp in self._parts]
+    spec = dict(model=mjm, params=params, column_weight=colw, shooting=shooting, solver_settings=solver_settings,
+                central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
     self._spec = cluster.ship(spec, "sysid problem")
-    self._recs = [cluster.ship(list(recs[p.start:p.stop]), "recordings") for p in self._parts]
+    self._recs = [cluster.ship(list(recs[p.start:p.stop]), "recordings") for p in self._rec_parts]
     self.rollout = SimpleNamespace(fd=SimpleNamespace(central=bool(central), nlane=None))
     self.buffers = SimpleNamespace(theta=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"),
                                    theta_grad=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"))
@@ -121,10 +138,24 @@ class ShardedProblem:
     self.traffic: dict[str, list[Traffic]] = {"linearize": [], "gradient": [], "other": []}
 
   def _map(self, job, per_shard: list[tuple], kind: str, what: str) -> list:
-    args = [(self._spec, recs, *a) for recs, a in zip(self._recs, per_shard)]
+    args = [(self._spec, self._recs[rp], len(st), *a) for (st, rp), a in zip(self._parts, per_shard)]
     outs = self.cluster.map(job, args, what=what, labels=self._labels)
     self.traffic[kind].append(self.cluster.last_traffic)
     return outs
+
+  def _by_start(self, outs: list[dict], summed, per_world=(), tails: dict | None = None) -> dict:
+    """The shards' outputs gathered per start: `summed` keys summed over each start group's shards,
+    `per_world` ones concatenated in world order (axis 1), the start groups stacked (axis 0)."""
+    nrg = len(self._rec_parts)
+    groups = [outs[i * nrg:(i + 1) * nrg] for i in range(len(self._starts))]
+    got = {k: np.concatenate([sum(o[k] for o in g) for g in groups], axis=0) for k in summed}
+    for k in per_world:
+      cat = []
+      for st, g in zip(self._starts, groups):
+        parts = [o[k] for o in g if o[k].shape[1]]  # a shard without free worlds may have nblock 0
+        cat.append(np.concatenate(parts, axis=1) if parts else np.zeros((len(st), 0, *tails[k])))
+      got[k] = np.concatenate(cat, axis=0)
+    return got
 
   def build(self) -> None:
     """Builds every worker's problem now (else the first call does) and reads its lanes per world."""
@@ -140,13 +171,11 @@ class ShardedProblem:
     self.last_x = x.copy()
     self.nrollout += 1
     theta = x[:, :self.nparam]
-    per_shard = [(np.concatenate([theta, x[:, b]], axis=1), jacobian) for b in self._blocks]
+    per_shard = [(np.concatenate([theta[st], x[st, self._blocks[rp]]], axis=1), jacobian) for st, rp in self._parts]
     outs = self._map(_linearize, per_shard, "linearize", f"sysid linearize ({jacobian})")
-    got = {k: sum(o[k] for o in outs) for k in _SUMMED}
     u = self.unknowns
-    for k, tail in (("Htn", (self.nparam, u.nblock)), ("Hnn", (u.nblock, u.nblock)), ("gn", (u.nblock,))):
-      parts = [o[k] for o in outs if o[k].shape[1]]  # a shard without free worlds may have nblock 0
-      got[k] = np.concatenate(parts, axis=1) if parts else np.zeros((self.nstart, 0, *tail))
+    got = self._by_start(outs, _SUMMED, _PER_WORLD, {"Htn": (self.nparam, u.nblock), "Hnn": (u.nblock, u.nblock),
+                                                     "gn": (u.nblock,)})
     cost = np.where(np.isfinite(got["cost"]), got["cost"], np.inf)
     bad = ~np.isfinite(cost)
     for k in ("Htt", "gt", "Htn", "Hnn", "gn"):  # as one process zeroes a diverged start's Jacobian
@@ -160,15 +189,17 @@ class ShardedProblem:
     """`Problem.gradient` over the shards: the cost of each start at `buffers.theta`, its gradient
     (summed over the shards) into `buffers.theta_grad`."""
     theta = self.buffers.theta.numpy()
-    outs = self._map(_gradient, [(theta,)] * len(self._parts), "gradient", "sysid gradient (Adam)")
+    outs = self._map(_gradient, [(theta[st],) for st, _ in self._parts], "gradient", "sysid gradient (Adam)")
     self.nrollout += 1
-    self.buffers.theta_grad.assign(sum(o["grad"] for o in outs).astype(np.float32))
-    cost = sum(o["cost"] for o in outs)
-    return np.where(np.isfinite(cost), cost, np.inf)
+    got = self._by_start(outs, ("cost", "grad"))
+    self.buffers.theta_grad.assign(got["grad"].astype(np.float32))
+    return np.where(np.isfinite(got["cost"]), got["cost"], np.inf)
 
   def samples(self, start: int = 0) -> list[dict[str, np.ndarray]]:
     """`Problem.samples`: the last rollout's signals per recording, gathered in recording order."""
-    outs = self._map(_samples, [(start,)] * len(self._parts), "other", "sysid samples")
+    # the shards of `start`'s group, in recording order; the others return nothing
+    local = [(start - st.start if start in st else None,) for st, _ in self._parts]
+    outs = self._map(_samples, local, "other", "sysid samples")
     return [rec for o in outs for rec in o]
 
   @property
@@ -186,7 +217,7 @@ class ShardedProblem:
 # -- the worker side --------------------------------------------------------------------------------
 
 
-def _problem(worker: Worker, spec, recs):
+def _problem(worker: Worker, spec, recs, nstart: int):
   from ..sysid.problem import Problem
 
   def build():
@@ -196,31 +227,31 @@ def _problem(worker: Worker, spec, recs):
       # fresh Params: each problem binds its own (the shipped ones serve every shard this worker builds)
       params = copy.deepcopy(kw.pop("params"))
       return Problem(kw.pop("model"), worker.resolve(recs), params, weights=None, normalize=False,
-                     device=worker.device, **kw)
+                     device=worker.device, nstart=nstart, **kw)
 
-  return worker.cached(("sysid", spec.token, recs.token), build)
+  return worker.cached(("sysid", spec.token, recs.token, nstart), build)
 
 
-def _linearize(worker: Worker, spec, recs, x: np.ndarray, jacobian: str) -> dict:
-  prob = _problem(worker, spec, recs)
+def _linearize(worker: Worker, spec, recs, nstart: int, x: np.ndarray, jacobian: str) -> dict:
+  prob = _problem(worker, spec, recs, nstart)
   ne = prob.linearize(x, jacobian=jacobian)
   num, den = prob.autocorrelation
   return {"cost": ne.cost, "Htt": ne.Htt, "gt": ne.gt, "changes": ne.changes, "num": num, "den": den, "Htn": ne.Htn,
           "Hnn": ne.Hnn, "gn": ne.gn, "nlane": prob.rollout.fd.nlane}
 
 
-def _gradient(worker: Worker, spec, recs, theta: np.ndarray) -> dict:
-  prob = _problem(worker, spec, recs)
+def _gradient(worker: Worker, spec, recs, nstart: int, theta: np.ndarray) -> dict:
+  prob = _problem(worker, spec, recs, nstart)
   prob.buffers.theta.assign(theta)
   cost = prob.buffers.cost  # the raw sums (a shard's inf stays inf in the total)
   prob.gradient()
   return {"cost": cost.numpy().astype(np.float64), "grad": prob.buffers.theta_grad.numpy().astype(np.float64)}
 
 
-def _samples(worker: Worker, spec, recs, start: int) -> list:
-  return _problem(worker, spec, recs).samples(start)
+def _samples(worker: Worker, spec, recs, nstart: int, start: int | None) -> list:
+  return [] if start is None else _problem(worker, spec, recs, nstart).samples(start)
 
 
-def _info(worker: Worker, spec, recs, directional: bool) -> dict:
-  prob = _problem(worker, spec, recs)
+def _info(worker: Worker, spec, recs, nstart: int, directional: bool) -> dict:
+  prob = _problem(worker, spec, recs, nstart)
   return {"nlane": (prob.forward_mode if directional else prob.rollout).fd.nlane}

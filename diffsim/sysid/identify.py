@@ -108,11 +108,12 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
       `fun`: the best start's cost, `x`: its `{name: value}`); returning True (or raising
       `StopIteration`) stops the solver, which returns its best point so far, not converged.
     workers: Ray workers to split the recordings between (`diffsim.distributed`; needs
-      `pip install "diffsim[ray]"`): each builds the problem of its recordings once, and at each
-      iteration returns its normal equations (Adam: its gradient) for the driver to sum and solve;
-      the result equals one process's to float32 rounding. `None` (default): one process, no Ray,
-      unless `address` is given (then one worker per CPU or GPU of that cluster, at most one per
-      recording). At most one per recording (shooting segments are not split further). Or a held
+      `pip install "diffsim[ray]"`), and the starts too where there are more workers than recordings:
+      each builds the problem of its shard once, and at each iteration returns its normal equations
+      (Adam: its gradient) for the driver to sum and solve; the result equals one process's to
+      float32 rounding. `None` (default): one process, no Ray, unless `address` is given (then one
+      worker per CPU or GPU of that cluster, at most one per recording and start). At most
+      recordings x starts (shooting segments are not split further). Or a held
       `diffsim.distributed.Cluster` (`cluster.identify(...)`): its workers keep their problems
       (scene, buffers, captured graphs) for the next call on the same data.
     address: join the Ray cluster at `"host:port"` (`ray start --head` prints it) instead of
@@ -125,7 +126,7 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
   Raises:
     diffsim.data.DataError: bad recorded data (before any kernel runs).
     ValueError, KeyError: bad parameters, bounds or options, `workers < 1`, more workers than
-      recordings (before any kernel runs).
+      recordings x starts (before any kernel runs).
     ImportError, ConnectionError, diffsim.distributed.WorkerError: with `workers` or `address`: Ray
       missing (the message names the extra), nothing answering at `address`, a worker lost.
   """
@@ -152,7 +153,7 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
   theta0 = initial_guesses(vector, starts, spread, seed, x0)
   if out is not None:
     _check_writable(out, source, vector)
-  cluster = held or (_cluster(workers, address, device, len(recs)) if sharded else None)
+  cluster = held or (_cluster(workers, address, device, len(recs), theta0.shape[0]) if sharded else None)
   try:
     t0 = time.perf_counter()
     # the rollout's copies carry no bounds (sysid enforces them, per identified coordinate)
@@ -182,15 +183,15 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
   return res
 
 
-def _cluster(workers, address, device, nrec: int):
+def _cluster(workers, address, device, nrec: int, nstart: int):
   """The Ray cluster of a sharded identification, after the checks that need no Ray."""
   from ..distributed.cluster import Cluster, local_cores
   from ..distributed.sysid import check_shards
 
   if workers is not None:
-    check_shards(workers, nrec)
+    check_shards(workers, nrec, nstart)
   elif address is None:
-    workers = min(local_cores(), nrec)
+    workers = min(local_cores(), nrec * nstart)
   kind = None if device is None else ("cpu" if str(device).startswith("cpu") else "cuda")
   return Cluster(workers, address, device=kind)
 
