@@ -142,7 +142,7 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
                         + (" world-steps/s" if i == 0 else "") + f" ({_g(ratio(by[(m, lo)]))}x)"
                         for i, m in enumerate(one))))
   out.append((f"forward vs raw `mjw.step` in a captured graph (same start and controls, timed alternately; "
-              f"{' and '.join(str(s) for s in sizes)} worlds)",
+              f"{', '.join(str(s) for s in sizes[:-1])} and {sizes[-1]} worlds)",
               f"{_span([r['fwd_over_raw'] for r in roll])}x its time over "
               f"{', '.join(_NAMES[m] for m in models[:-1])} and {_NAMES[models[-1]]} (diffsim records the "
               "trajectory and runs one `mjw.forward` after the last step for its sensors; below 1 where it "
@@ -161,7 +161,7 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
     w = by[(worst, hi)]
     out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
                 f"solver tolerance; diffsim's is {tol:g}, so that all lanes take the same path)",
-                f"raw MJWarp is faster than diffsim by {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
+                f"diffsim's time over raw MJWarp's: {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
                 f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
                 f"tolerance {tol:g} on the {_NAMES[worst]} at {hi} worlds"))
   nthread = roll[0].get("mujoco_rollout_nthread", "all")
@@ -176,10 +176,12 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
               "`cpu.md`)", "diffsim's speed relative to it: " + "; ".join(parts)))
   parts = []
   for m in models:
-    v = {s: by[(m, s)]["grad_over_fwd"] for s in sizes if (m, s) in by}
-    parts.append(f"{_NAMES[m]} {_g(v[lo])}x at {lo} world, {_g(v[hi])}x at {hi} ({by[(m, lo)]['nlane']} lanes)")
-  out.append(("gradient / forward time", "about one MJWarp step per perturbation lane (guard lanes included): "
-              + "; ".join(parts)))
+    # sizes whose gradient ran (`--grad-max-worlds` skips the largest)
+    v = {s: by[(m, s)]["grad_over_fwd"] for s in sizes if (m, s) in by and by[(m, s)]["grad_over_fwd"] is not None}
+    top = max(v)
+    parts.append(f"{_NAMES[m]} {_g(v[lo])}x at {lo} world, {_g(v[top])}x at {top} ({by[(m, lo)]['nlane']} lanes)")
+  out.append(("gradient / forward time (the largest sizes whose lanes fit `--grad-max-worlds`)",
+              "about one MJWarp step per perturbation lane (guard lanes included): " + "; ".join(parts)))
   return out
 
 
@@ -191,7 +193,7 @@ def _mjx_rows(rows: list[dict]) -> list[tuple[str, str]]:
   a, z = mjx[0], mjx[-1]
   slower = all(r["grad_ratio"] > 1 for r in mjx)
   verdict = "slower than MJX at every size on this CPU" if slower else \
-    "faster than MJX at " + ", ".join(f"{r['nworld']:,}" for r in mjx if r["grad_ratio"] < 1) + " worlds"
+    "faster than MJX at " + ", ".join(f"{r['nworld']:,}" for r in mjx if r["grad_ratio"] < 1) + " world(s), slower above"
   ms = lambda s: f"{_g(1e3 * s)} ms" if s < 1 else f"{_g(s)} s"
   sizes = ", ".join(f"{_f(r['grad_ratio'], 1)}x at {r['nworld']:,}" for r in mjx)
   sizes = sizes.replace("x at", "x MJX's time at", 1)
