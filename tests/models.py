@@ -106,6 +106,27 @@ PENDULUM = """
 """
 
 
+# A pendulum with a joint limit and no other constraint: rows only while it presses on the limit
+LIMITED_PENDULUM = """
+<mujoco model="limited_pendulum">
+  <compiler angle="radian"/>
+  <option timestep="0.005" integrator="implicitfast"/>
+  <worldbody>
+    <body name="pole">
+      <joint name="hinge" type="hinge" axis="0 1 0" range="-0.5 0.5" damping="0.02"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.4" size="0.02" mass="0.5" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="torque" joint="hinge"/>
+  </actuator>
+  <sensor>
+    <jointpos name="angle" joint="hinge"/>
+  </sensor>
+</mujoco>
+"""
+
+
 # Constraints without contacts: a four-bar-like loop closed by a `connect` equality, a hinge with a
 # limit and a first-order (filter) actuator, so the state has an activation (na = 1).
 CONSTRAINED = """
