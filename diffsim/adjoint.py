@@ -86,8 +86,16 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   from .scene import can_make_contacts
 
   constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
-  if constraints_on and can_make_contacts(mjm):
-    return "contacts (geoms of different bodies can collide; disable contacts to use the analytic adjoint)"
+  contacts = constraints_on and can_make_contacts(mjm)
+  if contacts:
+    if mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+      return "contacts with elliptic friction cones (pyramidal cones only; <option cone=\"pyramidal\"/>)"
+    if mjm.opt.noslip_iterations > 0:
+      return "the noslip solver (noslip_iterations > 0)"
+    if (mjm.ngeom and np.any(mjm.geom_adhesion)) or (mjm.npair and np.any(mjm.pair_adhesion)):
+      return "adhesive contacts (geom or pair adhesion)"
+    if mjm.ngeom and np.any(mjm.geom_surfacevel):
+      return "contacts with surface velocity (geom surfacevel)"
   if mjm.ntendon:
     return "tendons"
   if constraints_on and not off & dsbl.mjDSBL_EQUALITY:
@@ -104,12 +112,14 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       if mjm.jnt_type[j] not in (HINGE, SLIDE):
         return f"limits of ball joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
   equality = constraints_on and not off & dsbl.mjDSBL_EQUALITY and mjm.neq
-  if limits or friction or equality:
+  if limits or friction or equality or contacts:
     inertial = [f for f in fields if f in ("body_mass", "body_inertia", "body_ipos", "dof_armature")]
     if inertial:
-      # the rows' regularization reads dof_invweight0, which MuJoCo derives from the inertia at qpos0
-      return (f"inertial parameter {inertial[0]} in a model with joint limits, dof friction or joint equalities "
-              "(their constraint rows' softness depends on the inertia through dof_invweight0)")
+      # the rows' regularization reads dof_invweight0 and body_invweight0, which MuJoCo derives from the
+      # inertia at qpos0
+      return (f"inertial parameter {inertial[0]} in a model with contacts, joint limits, dof friction or joint "
+              "equalities (their constraint rows' softness depends on the inertia through dof_invweight0 and "
+              "body_invweight0)")
   if mjm.nflex or mjm.nplugin:
     return "flexes or plugins"
   if mjm.nmocap:
@@ -1783,7 +1793,10 @@ class AnalyticStep:
     friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and bool(mjm.dof_frictionloss.any())
     equalities = [e for e in range(mjm.neq) if mjm.eq_active0[e]] \
       if constraints_on and not off & dsbl.mjDSBL_EQUALITY else []
-    self.constrained = bool(limited) or friction or bool(equalities)
+    from .scene import can_make_contacts
+
+    contacts = constraints_on and can_make_contacts(mjm)
+    self.constrained = bool(limited) or friction or bool(equalities) or contacts
 
     # leaves: one step's inputs; their adjoints are read after each step's reverse pass
     self.qpos, self.qvel, self.act = z((n, s.nq)), z((n, nv)), z((n, na))
@@ -1906,6 +1919,12 @@ class AnalyticStep:
                [h, refsafe, m.qpos0, m.jnt_qposadr, m.jnt_dofadr, m.dof_invweight0, m.eq_obj1id, m.eq_obj2id,
                 m.eq_solref, m.eq_solimp, m.eq_data, self.equalities, self.qpos, self.qvel, self.qacc],
                [qfrc_constraint, jtdj])
+    self.contacts = None
+    if contacts:
+      from .adjoint_contacts import ContactRows
+
+      self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
+                                  qvel=self.qvel, qacc=self.qacc, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     P.launch("step", _add_forces, (n, nv), [qfrc_passive, qfrc_actuator, qfrc_constraint], [self.force])
     if self.constrained:
       rne(self.qacc, self.tau_a)
@@ -1916,7 +1935,7 @@ class AnalyticStep:
     self.values = dict(xpos=xpos, xquat=xquat, xipos=xipos, cinert=cinert, cdof=cdof, qfrc_passive=qfrc_passive,
                        qfrc_actuator=qfrc_actuator, actuator_force=actuator_force, qfrc_constraint=qfrc_constraint,
                        act=self.act_next, sensordata=self.sensordata, tau_e=self.tau_e, tau_a=self.tau_a,
-                       damp=self.damp, force=self.force)
+                       damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
@@ -1948,7 +1967,11 @@ class AnalyticStep:
       wp.launch(_free_body_acceleration, dim=(n, self.nfree), device=s.device,
                 inputs=[m.body_dofadr, self.free_body, self.h_damp, self.bdiag, self.M, *self.free_frames, self.qvel,
                         self.qacc], outputs=[self.A_free, self.qacc_e])
+    if self.contacts is not None:
+      self.contacts.collide(self.qpos)
     P.forward("step")
+    if self.contacts is not None:
+      self.contacts.hessian()
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints

@@ -1,0 +1,497 @@
+"""Contact rows of the analytic adjoint: the forward's contact set, frozen, as a function of `qpos`.
+
+At each replayed step `k` the backward pass runs MJWarp's own kinematics and collision on `q_k`, so
+it sees exactly the contacts the forward step used (same state, same code), and keeps their discrete
+choices (geom pair, `dim`, friction, `solref`, `solimp`, margin, the narrowphase's witness feature).
+What stays a function of `q` is rebuilt in differentiable kernels from the replayed body poses:
+
+  p1 = x_b1 + R_b1 p1_local,  p2 = x_b2 + R_b2 p2_local,  F = F_local R_b1^T,
+  dist = n . (p2 - p1),       pos = (p1 + p2) / 2,          n = F[0]
+
+with `p1`, `p2` the witness points (`pos -+ dist/2 n`, MJWarp's contact point is their midpoint) fixed
+in the frames of the bodies of geom 1 and geom 2, and the contact frame turning with geom 1's body.
+At the nominal `q` these equal MJWarp's values. Their first derivatives are exact for the distance of
+any two smooth convex surfaces (the witness points' relative velocity along the normal, the envelope
+theorem) and for the whole frame where geom 1 is a plane or a face that defines the normal (a floor,
+a box face); where the normal is a function of both bodies (sphere-sphere, capsule pairs, meshes),
+its turning with geom 1's body alone is a first-order model of it.
+
+The rows are MJWarp's (`constraint._efc_contact_jac_dense`, `_efc_contact_update`), pyramidal cones
+and frictionless contacts: the normal row (`condim` 1) or `2 (condim - 1)` pyramid edges
+`J_n +- mu_i J_i` (tangent, torsional and rolling directions), each with `aref = -b J v - k imp pos`,
+`D = 1 / R` from the contact's `solref`/`solimp` and the two bodies' `body_invweight0`, and force
+`-D (J a - aref)` where `J a < aref` at the solver's acceleration (the Newton solver's quadratic
+regime), 0 elsewhere. Their `J^T D J` joins the implicit function theorem's Hessian `M + J^T D J`.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import warp as wp
+
+from mujoco_warp._src.math import make_frame
+from mujoco_warp._src.types import ContactType, vec5
+
+from .adjoint import _MINVAL, _kbimp
+
+__all__ = ["ContactRows", "MAX_CONTACT_ROWS"]
+
+MAX_CONTACT_ROWS = 10  # pyramid edges of a condim-6 contact
+_CONSTRAINT = int(ContactType.CONSTRAINT)
+
+
+_G = mujoco.mjtGeom
+_PLANE, _SPHERE, _CAPSULE, _CYLINDER = int(_G.mjGEOM_PLANE), int(_G.mjGEOM_SPHERE), int(_G.mjGEOM_CAPSULE), \
+  int(_G.mjGEOM_CYLINDER)
+_FACE1, _FACE2, _ROUND = 0, 1, 2  # which body's surface defines the normal (see `_contact_locals`)
+_MAKE_FRAME, _CAPSULE_AXIS, _FIXED = 0, 1, 2  # how the tangents follow (see `_contact_locals`)
+
+
+@wp.func
+def _radius(geom_type: int, size: wp.vec3) -> float:
+  """The rounding of a sphere or capsule (its surface is a core point or segment inflated by it)."""
+  if geom_type == _SPHERE or geom_type == _CAPSULE:
+    return size[0]
+  return 0.0
+
+
+@wp.kernel(enable_backward=False)
+def _contact_locals(
+  # Model:
+  geom_type: wp.array[int],
+  geom_bodyid: wp.array[int],
+  geom_size: wp.array2d[wp.vec3],
+  # Data in (MJWarp, after kinematics and collision at q_k):
+  nacon: wp.array[int],
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  geom_xmat: wp.array2d[wp.mat33],
+  contact_dist: wp.array[float],
+  contact_pos: wp.array[wp.vec3],
+  contact_frame: wp.array[wp.mat33],
+  contact_includemargin: wp.array[float],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_type: wp.array[int],
+  # Out:
+  active_out: wp.array[int],  # (naconmax,) 1: the contact has constraint rows
+  mode_out: wp.array[int],  # _FACE1, _FACE2 or _ROUND
+  local1_out: wp.array[wp.vec3],  # a point fixed in body 1's frame (see the modes)
+  local2_out: wp.array[wp.vec3],  # a point fixed in body 2's frame
+  radius_out: wp.array[wp.vec2],  # geoms' rounding (sphere, capsule radius; 0 otherwise)
+  frame_out: wp.array[wp.mat33],  # contact frame in the face body's frame (_ROUND: the world frame)
+  axis2_out: wp.array[wp.vec3],  # _FACE1 with geom 2 a cylinder touching with its side or rim: its axis
+  tangent_out: wp.array[wp.vec3],  # plane-capsule: the capsule's axis in body 2's frame, or a fixed tangent
+  tmode_out: wp.array[int],  # tangents: _MAKE_FRAME (from the normal), _CAPSULE_AXIS or _FIXED
+):
+  """Freezes a contact's features. `_FACE1` (geom 1 a plane, or neither geom round): the normal turns
+  with body 1, a point on its surface (the anchor) is fixed in body 1, geom 2's feature (a vertex, or a
+  sphere's or capsule's core point) in body 2. `_FACE2` (geom 1 round, geom 2 not): the same with the
+  bodies' roles swapped. `_ROUND` (both round): the normal joins the two core points."""
+  c = wp.tid()
+  active_out[c] = 0
+  if c >= nacon[0]:
+    return
+  if (contact_type[c] & _CONSTRAINT) == 0:
+    return
+  dist = contact_dist[c]
+  if dist - contact_includemargin[c] >= 0.0:
+    return
+  active_out[c] = 1
+  w = contact_worldid[c]
+  g = contact_geom[c]
+  b1 = geom_bodyid[g[0]]
+  b2 = geom_bodyid[g[1]]
+  t1 = geom_type[g[0]]
+  r1 = _radius(t1, geom_size[w % geom_size.shape[0], g[0]])
+  r2 = _radius(geom_type[g[1]], geom_size[w % geom_size.shape[0], g[1]])
+  frame = contact_frame[c]
+  n = frame[0]
+  pos = contact_pos[c]
+  p1 = pos - 0.5 * dist * n  # witness points
+  p2 = pos + 0.5 * dist * n
+  R1 = xmat[w, b1]
+  R2 = xmat[w, b2]
+  mode = _FACE1
+  if t1 != _PLANE and r1 > 0.0:
+    if r2 > 0.0:
+      mode = _ROUND
+    else:
+      mode = _FACE2
+  mode_out[c] = mode
+  axis2_out[c] = wp.vec3(0.0)
+  core2 = p2 + r2 * n
+  if mode == _FACE1 and geom_type[g[1]] == _CYLINDER:
+    # a cylinder's side or rim: the contact point is its lowest point around the axis (it stays put when
+    # the cylinder rolls), unless the normal runs along the axis (a flat face: a rigid rim point)
+    axis = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
+    radial = -n + wp.dot(n, axis) * axis
+    if wp.length(radial) > 1.0e-3:
+      r2 = geom_size[w % geom_size.shape[0], g[1]][0]
+      core2 = p2 - r2 * wp.normalize(radial)
+      axis2_out[c] = wp.transpose(R2) @ axis
+  radius_out[c] = wp.vec2(r1, r2)
+  # MJWarp's tangents are `make_frame(n)` except plane-capsule's, which follow the capsule's axis
+  tmode_out[c] = _MAKE_FRAME
+  if t1 == _PLANE and geom_type[g[1]] == _CAPSULE:
+    axis = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
+    if wp.length(axis - n * wp.dot(n, axis)) < 0.5:
+      tmode_out[c] = _FIXED
+      tangent_out[c] = frame[1]
+    else:
+      tmode_out[c] = _CAPSULE_AXIS
+      tangent_out[c] = wp.transpose(R2) @ axis
+  if mode == _FACE1:
+    local1_out[c] = wp.transpose(R1) @ (p1 - xpos[w, b1])  # anchor on body 1's surface
+    local2_out[c] = wp.transpose(R2) @ (core2 - xpos[w, b2])  # geom 2's core point
+    frame_out[c] = frame @ R1
+  elif mode == _FACE2:
+    local1_out[c] = wp.transpose(R1) @ (p1 - r1 * n - xpos[w, b1])  # geom 1's core point
+    local2_out[c] = wp.transpose(R2) @ (p2 - xpos[w, b2])  # anchor on body 2's surface
+    frame_out[c] = frame @ R2
+  else:
+    local1_out[c] = wp.transpose(R1) @ (p1 - r1 * n - xpos[w, b1])
+    local2_out[c] = wp.transpose(R2) @ (p2 + r2 * n - xpos[w, b2])
+    frame_out[c] = frame
+
+
+@wp.kernel
+def _contact_geometry(
+  # Model:
+  geom_bodyid: wp.array[int],
+  # Frozen:
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  active: wp.array[int],
+  mode: wp.array[int],
+  local1: wp.array[wp.vec3],
+  local2: wp.array[wp.vec3],
+  radius: wp.array[wp.vec2],
+  frame_local: wp.array[wp.mat33],
+  axis2: wp.array[wp.vec3],
+  tangent: wp.array[wp.vec3],
+  tmode: wp.array[int],
+  # In (replayed):
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  # Out:
+  pos_out: wp.array[wp.vec3],  # (naconmax,) contact point
+  frame_out: wp.array[wp.mat33],  # (naconmax,) rows: normal (geom 1 to geom 2), tangents
+  dist_out: wp.array[float],  # (naconmax,) signed distance, m
+):
+  """The contact point, frame and distance from the replayed body poses (see `_contact_locals`)."""
+  c = wp.tid()
+  if active[c] == 0:
+    return
+  w = contact_worldid[c]
+  g = contact_geom[c]
+  b1 = geom_bodyid[g[0]]
+  b2 = geom_bodyid[g[1]]
+  R1 = xmat[w, b1]
+  R2 = xmat[w, b2]
+  q1 = xpos[w, b1] + R1 @ local1[c]
+  q2 = xpos[w, b2] + R2 @ local2[c]
+  r = radius[c]
+  m = mode[c]
+  n = wp.vec3(0.0)
+  if m == _FACE1:
+    n = R1 @ frame_local[c][0]
+    p2 = q2 - r[1] * n
+    if wp.length_sq(axis2[c]) > 0.0:
+      a = R2 @ axis2[c]
+      p2 = q2 + r[1] * wp.normalize(-n + wp.dot(n, a) * a)
+    dist = wp.dot(n, p2 - q1)
+    dist_out[c] = dist
+    pos_out[c] = p2 - 0.5 * dist * n
+  elif m == _FACE2:
+    n = R2 @ frame_local[c][0]
+    p1 = q1 + r[0] * n
+    dist = wp.dot(n, q2 - p1)
+    dist_out[c] = dist
+    pos_out[c] = p1 + 0.5 * dist * n
+  else:
+    d = q2 - q1
+    n = wp.normalize(d)
+    dist = wp.length(d) - r[0] - r[1]
+    dist_out[c] = dist
+    pos_out[c] = q1 + (r[0] + 0.5 * dist) * n
+  tm = tmode[c]
+  if tm == _MAKE_FRAME:
+    frame_out[c] = make_frame(n)
+  else:
+    b = tangent[c]
+    if tm == _CAPSULE_AXIS:
+      a = R2 @ tangent[c]
+      b = wp.normalize(a - n * wp.dot(n, a))
+    e = wp.cross(n, b)
+    frame_out[c] = wp.mat33(n[0], n[1], n[2], b[0], b[1], b[2], e[0], e[1], e[2])
+
+
+@wp.func
+def _nrow(dim: int) -> int:
+  if dim == 1:
+    return 1
+  return 2 * (dim - 1)
+
+
+@wp.kernel
+def _contact_jacobian(
+  # Model:
+  geom_bodyid: wp.array[int],
+  body_rootid: wp.array[int],
+  body_isdofancestor: wp.array2d[int],
+  # Frozen:
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  contact_friction: wp.array[vec5],
+  active: wp.array[int],
+  # In (replayed):
+  pos: wp.array[wp.vec3],
+  frame: wp.array[wp.mat33],
+  com: wp.array2d[wp.vec3],
+  cdof: wp.array2d[wp.spatial_vector],
+  # Out:
+  J_out: wp.array3d[float],  # (naconmax, MAX_CONTACT_ROWS, nv) the rows' Jacobians
+):
+  """Row `r` of contact `c` (MJWarp's `_efc_contact_jac_dense`, pyramidal cone): the normal, plus
+  or minus `mu_i` times a tangent, torsional or rolling direction."""
+  c, r = wp.tid()
+  if active[c] == 0:
+    return
+  dim = contact_dim[c]
+  if r >= _nrow(dim):
+    return
+  w = contact_worldid[c]
+  g = contact_geom[c]
+  b1 = geom_bodyid[g[0]]
+  b2 = geom_bodyid[g[1]]
+  p = pos[c]
+  off1 = p - com[w, body_rootid[b1]]
+  off2 = p - com[w, body_rootid[b2]]
+  F = frame[c]
+  # the row's direction: translational part along `lin_dir`, rotational part along `rot_dir`
+  lin_dir = F[0]
+  rot_dir = wp.vec3(0.0)
+  if dim > 1:
+    dimid2 = r / 2 + 1
+    fr = contact_friction[c][dimid2 - 1] * (1.0 - 2.0 * float(r & 1))
+    if dimid2 == 1:
+      lin_dir = F[0] + fr * F[1]
+    elif dimid2 == 2:
+      lin_dir = F[0] + fr * F[2]
+    else:
+      rot_dir = fr * F[dimid2 - 3]
+  for i in range(cdof.shape[1]):
+    a1 = float(body_isdofancestor[b1, i])
+    a2 = float(body_isdofancestor[b2, i])
+    cd = cdof[w, i]
+    ang = wp.spatial_top(cd)
+    lin = wp.spatial_bottom(cd)
+    jp = a2 * (lin + wp.cross(ang, off2)) - a1 * (lin + wp.cross(ang, off1))
+    J_out[c, r, i] = wp.dot(lin_dir, jp) + (a2 - a1) * wp.dot(rot_dir, ang)
+
+
+@wp.kernel
+def _row_products(
+  # Frozen:
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  active: wp.array[int],
+  # In:
+  J: wp.array3d[float],
+  qvel: wp.array2d[float],
+  qacc: wp.array2d[float],  # the solver's acceleration (fixed)
+  # Out (zeroed):
+  Jv_out: wp.array2d[float],  # (naconmax, MAX_CONTACT_ROWS)
+  Ja_out: wp.array2d[float],
+):
+  c, r = wp.tid()
+  if active[c] == 0:
+    return
+  if r >= _nrow(contact_dim[c]):
+    return
+  w = contact_worldid[c]
+  for i in range(J.shape[2]):
+    wp.atomic_add(Jv_out, c, r, J[c, r, i] * qvel[w, i])
+    wp.atomic_add(Ja_out, c, r, J[c, r, i] * qacc[w, i])
+
+
+@wp.kernel
+def _contact_force(
+  # Model:
+  opt_timestep: float,
+  refsafe: int,
+  opt_impratio_invsqrt: wp.array[float],
+  body_invweight0: wp.array2d[wp.vec2],
+  geom_bodyid: wp.array[int],
+  # Frozen:
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  contact_friction: wp.array[vec5],
+  contact_solref: wp.array[wp.vec2],
+  contact_solimp: wp.array[vec5],
+  contact_includemargin: wp.array[float],
+  active: wp.array[int],
+  # In:
+  dist: wp.array[float],
+  Jv: wp.array2d[float],
+  Ja: wp.array2d[float],
+  # Out:
+  force_out: wp.array2d[float],  # (naconmax, MAX_CONTACT_ROWS) row forces (0 where the row is slack)
+  D_out: wp.array2d[float],  # (naconmax, MAX_CONTACT_ROWS) D of the quadratic rows, 0 elsewhere
+):
+  """Row constants (MJWarp's `_efc_contact_update`, `_efc_row`) and the force at the solver's
+  acceleration."""
+  c, r = wp.tid()
+  if active[c] == 0:
+    return
+  dim = contact_dim[c]
+  if r >= _nrow(dim):
+    return
+  w = contact_worldid[c]
+  g = contact_geom[c]
+  iw = w % body_invweight0.shape[0]
+  invweight = body_invweight0[iw, geom_bodyid[g[0]]][0] + body_invweight0[iw, geom_bodyid[g[1]]][0]
+  if dim > 1:
+    fri0 = contact_friction[c][0]
+    ir = opt_impratio_invsqrt[w % opt_impratio_invsqrt.shape[0]]
+    invweight = invweight * (1.0 + fri0 * fri0) * 2.0 * fri0 * fri0 * ir * ir
+  pos = dist[c] - contact_includemargin[c]
+  kbi = _kbimp(opt_timestep, refsafe, contact_solref[c], contact_solimp[c], pos)
+  imp = kbi[2]
+  D = 1.0 / wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
+  aref = -kbi[0] * imp * pos - kbi[1] * Jv[c, r]
+  jar = Ja[c, r] - aref
+  if jar < 0.0:
+    force_out[c, r] = -D * jar
+    D_out[c, r] = D
+  else:
+    force_out[c, r] = 0.0
+    D_out[c, r] = 0.0
+
+
+@wp.kernel
+def _rows_to_qfrc(
+  # Frozen:
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  active: wp.array[int],
+  # In:
+  J: wp.array3d[float],
+  force: wp.array2d[float],
+  # Out (zeroed):
+  qfrc_out: wp.array2d[float],  # (nworld, nv) J^T force
+):
+  c, r = wp.tid()
+  if active[c] == 0:
+    return
+  if r >= _nrow(contact_dim[c]):
+    return
+  w = contact_worldid[c]
+  for i in range(J.shape[2]):
+    wp.atomic_add(qfrc_out, w, i, J[c, r, i] * force[c, r])
+
+
+@wp.kernel(enable_backward=False)
+def _rows_jtdj(
+  # Frozen:
+  contact_worldid: wp.array[int],
+  active: wp.array[int],
+  # In:
+  J: wp.array3d[float],
+  D: wp.array2d[float],
+  # Out:
+  jtdj_out: wp.array3d[float],  # (nworld, nv, nv) += J^T D J of the quadratic rows
+):
+  c, r = wp.tid()
+  if active[c] == 0:
+    return
+  d = D[c, r]
+  if d == 0.0:
+    return
+  w = contact_worldid[c]
+  nv = J.shape[2]
+  for i in range(nv):
+    ji = d * J[c, r, i]
+    if ji != 0.0:
+      for j in range(nv):
+        wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, j])
+
+
+class ContactRows:
+  """The contact rows of one replayed step, recorded into the adjoint's program (`_Program`).
+
+  `collide(qpos)` runs MJWarp's kinematics and collision on the step's state (forward only) and
+  freezes each contact's witness points and frame in its bodies' frames; the program's "step"
+  segment then rebuilds the rows from the replayed poses and adds `J^T f` to `qfrc_constraint`;
+  `hessian()` adds the quadratic rows' `J^T D J` to `jtdj`.
+  """
+
+  def __init__(self, scene, fwd_data, program, arr, accumulated, *, xpos, xmat, com, cdof, qvel, qacc,
+               qfrc_constraint, jtdj):
+    import mujoco_warp as mjw
+
+    s, m = scene, scene.model
+    off = int(s.mjm.opt.disableflags)
+    with wp.ScopedDevice(s.device):
+      # a Data of its own: the forward's holds the last forward step's contacts and warm start
+      self.data = mjw.put_data(s.mjm, mujoco.MjData(s.mjm), nworld=s.nworld, naconmax=fwd_data.naconmax,
+                               njmax=fwd_data.njmax)
+    d = self.data
+    nc, nv = d.naconmax, s.nv
+    self.scene, self.nc = scene, nc
+    z = lambda shape, dtype=float: wp.zeros(shape, dtype=dtype, device=s.device)
+    self.active = z(nc, int)
+    self.mode, self.radius = z(nc, int), z(nc, wp.vec2)
+    self.local1, self.local2, self.frame_local = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, wp.mat33)
+    self.axis2, self.tangent, self.tmode = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, int)
+    pos, frame, dist = arr(nc, wp.vec3), arr(nc, wp.mat33), arr(nc)
+    self.J = arr((nc, MAX_CONTACT_ROWS, nv))
+    Jv, Ja = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS))
+    accumulated.extend([Jv, Ja])
+    self.force, self.D = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS), grad=False)
+    self.jtdj = jtdj
+    c = d.contact
+    frozen = [c.geom, c.worldid]
+    refsafe = 0 if off & mujoco.mjtDisableBit.mjDSBL_REFSAFE else 1
+    rows = (nc, MAX_CONTACT_ROWS)
+    program.launch("step", _contact_geometry, nc,
+                   [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
+                    self.frame_local, self.axis2, self.tangent, self.tmode, xpos, xmat],
+                   [pos, frame, dist])
+    program.launch("step", _contact_jacobian, rows,
+                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, c.friction, self.active, pos,
+                    frame, com, cdof], [self.J])
+    program.launch("step", _row_products, rows, [c.worldid, c.dim, self.active, self.J, qvel, qacc], [Jv, Ja])
+    program.launch("step", _contact_force, rows,
+                   [float(s.mjm.opt.timestep), refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid,
+                    *frozen, c.dim, c.friction, c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
+                   [self.force, self.D])
+    program.launch("step", _rows_to_qfrc, rows, [c.worldid, c.dim, self.active, self.J, self.force],
+                   [qfrc_constraint])
+    self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J)
+
+  def collide(self, qpos: wp.array) -> None:
+    """MJWarp's kinematics and collision at `qpos` `(nworld, nq)`; freezes the contacts with rows."""
+    import mujoco_warp as mjw
+
+    s, d = self.scene, self.data
+    wp.copy(d.qpos, qpos)
+    mjw.kinematics(s.model, d)
+    mjw.collision(s.model, d)
+    c = d.contact
+    wp.launch(_contact_locals, dim=self.nc, device=s.device,
+              inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, d.nacon, d.xpos, d.xmat, d.geom_xmat, c.dist,
+                      c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
+              outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis2,
+                       self.tangent, self.tmode])
+
+  def hessian(self) -> None:
+    """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
+    c = self.data.contact
+    wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
+              inputs=[c.worldid, self.active, self.J, self.D], outputs=[self.jtdj])
+
