@@ -16,7 +16,7 @@ from diffsim import data as D
 from diffsim.scene import load_mjmodel
 from diffsim.usd import UsdError, usd_to_spec
 
-from usd_stages import ARM, arm_mjcf, write_arm_stage, write_bad_stage, write_pendulum_stage
+from usd_stages import ARM, arm_mjcf, write_arm_stage, write_bad_stage, write_pendulum_stage, write_stage_from_mjmodel
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*not kept in the MuJoCo model")
 
@@ -164,3 +164,40 @@ def test_cli_sysid_on_a_usd_stage(tmp_path, capsys):
   assert value == pytest.approx(0.6, rel=1e-4)
   back = mujoco.MjModel.from_xml_path(str(out / "model.xml"))  # the converted stage, identified mass written in
   assert back.body("pole").mass[0] == pytest.approx(0.6, rel=1e-4)
+
+
+def _rollout(m, nstep=200):
+  d = mujoco.MjData(m)
+  out = np.empty((nstep, m.nq))
+  for t in range(nstep):
+    d.ctrl[:] = 0.5 * np.sin(0.05 * t + np.arange(m.nu))
+    mujoco.mj_step(m, d)
+    out[t] = d.qpos
+  return out
+
+
+def test_so101_round_trip(tmp_path):
+  """The shipped SO-101 MJCF written as a UsdPhysics stage and read back: the model agrees to float32
+  (USD's attribute precision) and a 200-step rollout differs only by what UsdPhysics cannot hold."""
+  src = mujoco.MjModel.from_xml_path(diffsim.asset_path("so101", "so101_new_calib.xml"))
+  imported = usd_to_spec(write_stage_from_mjmodel(src, tmp_path / "so101.usda"))
+  back = imported.spec.compile()
+  assert (back.nq, back.nu, back.nbody) == (src.nq, src.nu, src.nbody)
+  assert [back.joint(j).name for j in range(back.njnt)] == [src.joint(j).name for j in range(src.njnt)]
+  for field, rtol in (("body_mass", 1e-7), ("body_inertia", 1e-6), ("dof_armature", 1e-7),
+                      ("actuator_gainprm", 1e-7), ("actuator_biasprm", 1e-7)):
+    np.testing.assert_allclose(getattr(back, field), getattr(src, field), rtol=rtol, atol=1e-9, err_msg=field)
+  for field in ("body_pos", "body_quat", "body_ipos", "jnt_axis", "jnt_pos", "jnt_range"):
+    np.testing.assert_allclose(getattr(back, field), getattr(src, field), atol=2e-7, err_msg=field)
+  np.testing.assert_allclose(back.actuator_forcerange, src.actuator_forcerange, rtol=1e-7)
+  assert back.opt.timestep == src.opt.timestep
+  # what UsdPhysics has no place for: joint damping and frictionloss (MuJoCo's passive forces)
+  assert np.all(back.dof_damping == 0) and np.all(back.dof_frictionloss == 0) and src.dof_damping.min() > 0
+  q_src = _rollout(src)
+  assert np.abs(_rollout(back) - q_src).max() > 0.1  # without them the arm swings much further
+  spec = imported.spec
+  for j in range(src.njnt):  # put them back by name: what is left is USD's float32 storage
+    spec.joint(src.joint(j).name).damping = [src.dof_damping[src.jnt_dofadr[j]], 0, 0]
+    spec.joint(src.joint(j).name).frictionloss = src.dof_frictionloss[src.jnt_dofadr[j]]
+  err = np.abs(_rollout(spec.compile()) - q_src).max()
+  assert err < 5e-6, err  # 2.0e-6 rad measured: masses, inertias and frames stored in float32

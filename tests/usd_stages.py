@@ -303,3 +303,129 @@ def write_pendulum_stage(path, *, mass: float = 0.5) -> str:
   _drive(j, "angular", 0.05, 0.002, 1e6)
   stage.GetRootLayer().Save()
   return str(path)
+
+
+def write_stage_from_mjmodel(m, path) -> str:
+  """Writes a compiled MuJoCo model as a UsdPhysics stage, in the same layout (for the round trip:
+  diffsim's importer has no MJCF-to-USD path of its own). What UsdPhysics holds is written: bodies
+  at their qpos0 world poses with MassAPI (mass, centre of mass, diagonal inertia, principal axes),
+  hinge / slide / ball / fixed joints (joint frame z along the axis; limits in degrees),
+  `physxJoint:armature`, position servos as drives (gains per degree, forcerange as maxForce),
+  colliders (geoms with contype or conaffinity; meshes as their compiled vertices and faces) with
+  their sliding friction as a material, gravity and the timestep. Not written, because UsdPhysics has
+  no place for them: joint damping and frictionloss, control ranges, visual geoms, solver options."""
+  import mujoco
+  from pxr import Gf, Sdf, UsdGeom, UsdPhysics
+
+  stage = _stage(path)
+  sc = stage.GetPrimAtPath("/World/PhysicsScene")
+  g = np.asarray(m.opt.gravity, dtype=np.float64)
+  UsdPhysics.Scene(sc).GetGravityMagnitudeAttr().Set(float(np.linalg.norm(g)))
+  UsdPhysics.Scene(sc).GetGravityDirectionAttr().Set(Gf.Vec3f(*(g / np.linalg.norm(g))))
+  sc.CreateAttribute("physxScene:timeStepsPerSecond", Sdf.ValueTypeNames.UInt).Set(int(round(1 / m.opt.timestep)))
+  d = mujoco.MjData(m)
+  mujoco.mj_kinematics(m, d)
+  root = UsdGeom.Xform.Define(stage, "/World/robot")
+  UsdPhysics.ArticulationRootAPI.Apply(root.GetPrim())
+  bpath = {0: None}
+  materials: dict = {}
+  for b in range(1, m.nbody):
+    name = m.body(b).name or f"body{b}"
+    p = f"/World/robot/{name}"
+    bpath[b] = p
+    _body(stage, p, tuple(d.xpos[b]), rot=tuple(d.xquat[b]), mass=float(m.body_mass[b]),
+          com=tuple(m.body_ipos[b]), inertia=tuple(m.body_inertia[b]))
+    UsdPhysics.MassAPI(stage.GetPrimAtPath(p)).CreatePrincipalAxesAttr(Gf.Quatf(*m.body_iquat[b]))
+  for b in range(1, m.nbody):
+    parent = bpath[int(m.body_parentid[b])]
+    pose_in_parent = (m.body_pos[b].copy(), m.body_quat[b].copy())
+    jnum, jadr = int(m.body_jntnum[b]), int(m.body_jntadr[b])
+    if jnum > 1:
+      raise ValueError(f"body {m.body(b).name} has {jnum} joints; one joint per body is written")
+    jtype = int(m.jnt_type[jadr]) if jnum else None
+    if jtype == mujoco.mjtJoint.mjJNT_FREE:
+      continue
+    jname = m.joint(jadr).name if jnum else f"{m.body(b).name}_fixed"
+    jp = f"/World/robot/joints/{jname}"
+    if jnum == 0:
+      _joint(stage, UsdPhysics.FixedJoint, jp, parent, bpath[b], tuple(pose_in_parent[0]),
+             rot0=tuple(pose_in_parent[1]))
+      continue
+    zq = np.empty(4)
+    mujoco.mju_quatZ2Vec(zq, m.jnt_axis[jadr].astype(np.float64))
+    f1 = (m.jnt_pos[jadr].copy(), zq)
+    pos0 = pose_in_parent[0] + _rot(pose_in_parent[1], f1[0])
+    rot0 = np.empty(4)
+    mujoco.mju_mulQuat(rot0, pose_in_parent[1], f1[1])
+    cls = {mujoco.mjtJoint.mjJNT_HINGE: UsdPhysics.RevoluteJoint, mujoco.mjtJoint.mjJNT_SLIDE: UsdPhysics.PrismaticJoint,
+           mujoco.mjtJoint.mjJNT_BALL: UsdPhysics.SphericalJoint}[jtype]
+    j = _joint(stage, cls, jp, parent, bpath[b], tuple(pos0), tuple(f1[0]), tuple(rot0), tuple(f1[1]))
+    angular = jtype == mujoco.mjtJoint.mjJNT_HINGE
+    if jtype != mujoco.mjtJoint.mjJNT_BALL:
+      j.CreateAxisAttr("Z")
+      if m.jnt_limited[jadr]:
+        s = 180 / math.pi if angular else 1.0
+        j.CreateLowerLimitAttr(float(m.jnt_range[jadr, 0] * s))
+        j.CreateUpperLimitAttr(float(m.jnt_range[jadr, 1] * s))
+    if m.dof_armature[m.jnt_dofadr[jadr]]:
+      j.GetPrim().CreateAttribute("physxJoint:armature", Sdf.ValueTypeNames.Float).Set(
+        float(m.dof_armature[m.jnt_dofadr[jadr]]))
+    for a in range(m.nu):
+      if m.actuator_trnid[a, 0] != jadr or m.actuator_trntype[a] != mujoco.mjtTrn.mjTRN_JOINT:
+        continue
+      kp, kv = m.actuator_gainprm[a, 0], -m.actuator_biasprm[a, 2]
+      per = math.pi / 180 if angular else 1.0
+      fmax = float(m.actuator_forcerange[a, 1]) if m.actuator_forcelimited[a] else float("inf")
+      _drive(j, "angular" if angular else "linear", float(kp * per), float(kv * per), fmax)
+  for gi in range(m.ngeom):
+    if not (m.geom_contype[gi] or m.geom_conaffinity[gi]):
+      continue
+    b = int(m.geom_bodyid[gi])
+    parent = bpath[b] or "/World/static"
+    if bpath[b] is None and not stage.GetPrimAtPath(parent):
+      UsdGeom.Xform.Define(stage, parent)
+    gp = f"{parent}/collision_{gi}"
+    t = int(m.geom_type[gi])
+    size = m.geom_size[gi]
+    if t == mujoco.mjtGeom.mjGEOM_MESH:
+      mid = int(m.geom_dataid[gi])
+      va, vn, fa, fn = m.mesh_vertadr[mid], m.mesh_vertnum[mid], m.mesh_faceadr[mid], m.mesh_facenum[mid]
+      geo = UsdGeom.Mesh.Define(stage, gp)
+      geo.CreatePointsAttr([Gf.Vec3f(*v) for v in m.mesh_vert[va:va + vn].tolist()])
+      geo.CreateFaceVertexCountsAttr([3] * int(fn))
+      geo.CreateFaceVertexIndicesAttr([int(i) for i in m.mesh_face[fa:fa + fn].reshape(-1)])
+      UsdPhysics.MeshCollisionAPI.Apply(geo.GetPrim()).CreateApproximationAttr("convexHull")
+    elif t == mujoco.mjtGeom.mjGEOM_BOX:
+      geo = UsdGeom.Cube.Define(stage, gp)
+      geo.CreateSizeAttr(2.0)
+    elif t == mujoco.mjtGeom.mjGEOM_SPHERE:
+      geo = UsdGeom.Sphere.Define(stage, gp)
+      geo.CreateRadiusAttr(float(size[0]))
+    elif t in (mujoco.mjtGeom.mjGEOM_CAPSULE, mujoco.mjtGeom.mjGEOM_CYLINDER):
+      geo = (UsdGeom.Capsule if t == mujoco.mjtGeom.mjGEOM_CAPSULE else UsdGeom.Cylinder).Define(stage, gp)
+      geo.CreateAxisAttr("Z")
+      geo.CreateRadiusAttr(float(size[0]))
+      geo.CreateHeightAttr(float(2 * size[1]))
+    elif t == mujoco.mjtGeom.mjGEOM_PLANE:
+      geo = UsdGeom.Plane.Define(stage, gp)
+    else:
+      raise ValueError(f"geom type {t} is not written")
+    geo.AddTranslateOp().Set(Gf.Vec3d(*m.geom_pos[gi]))
+    geo.AddOrientOp(UsdGeom.XformOp.PrecisionDouble).Set(Gf.Quatd(*m.geom_quat[gi]))
+    if t == mujoco.mjtGeom.mjGEOM_BOX:
+      geo.AddScaleOp(UsdGeom.XformOp.PrecisionDouble).Set(Gf.Vec3d(*size))
+    _collider(geo.GetPrim())
+    mu = float(m.geom_friction[gi, 0])
+    if mu not in materials:
+      materials[mu] = _material(stage, f"/World/Looks/friction_{len(materials)}", mu)
+    _bind(geo.GetPrim(), materials[mu])
+  stage.GetRootLayer().Save()
+  return str(path)
+
+
+def _rot(q, v):
+  import mujoco
+
+  r = np.empty(3)
+  mujoco.mju_rotVecQuat(r, np.asarray(v, dtype=np.float64), np.asarray(q, dtype=np.float64))
+  return r
