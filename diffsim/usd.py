@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -211,7 +212,9 @@ class _Reader:
       stage = Usd.Stage.Open(self.path)
     except Exception as e:  # pxr.Tf.ErrorException: a syntax error, an unreadable layer
       msg = " ".join(str(e).split())
-      raise UsdError(f"could not open the USD stage {self.path!r}: {msg}") from None
+      # pxr's text is "Error in '<C++ function>' at line N in file F : '<message>'", repeated: keep the messages
+      parts = [p.strip() for p in re.findall(r" in file \S+ : '(.*?)'(?= Error in |$)", msg)]
+      raise UsdError(f"could not open the USD stage {self.path!r}: {'; '.join(parts) or msg}") from None
     if stage is None:
       raise UsdError(f"could not open the USD stage {self.path!r} (not a USD layer)")
     self.stage = stage
