@@ -420,6 +420,8 @@ class _Reader:
     paths["joint"][name] = str(jprim.GetPath())
     if kind == "ball":
       body.add_joint(name=name, type=mujoco.mjtJoint.mjJNT_BALL, pos=frame1[0])
+      if any(str(a).startswith("PhysicsDriveAPI:") for a in jprim.GetAppliedSchemas()):
+        self._lose("drives on spherical joints", str(jprim.GetPath()))
       return
     angular = kind == "hinge"
     J = UsdPhysics.RevoluteJoint(jprim) if angular else UsdPhysics.PrismaticJoint(jprim)
@@ -609,21 +611,24 @@ class _Reader:
       diag = np.array(m.GetDiagonalInertiaAttr().Get(), dtype=np.float64) * self.kgpu * self.mpu ** 2
       com = m.GetCenterOfMassAttr()
       axes = m.GetPrincipalAxesAttr().Get()
+      iquat = _quat(axes) if axes is not None and axes.GetReal() ** 2 + sum(
+        x * x for x in axes.GetImaginary()) > 0 else None  # (0, 0, 0, 0) is UsdPhysics' "not authored"
+      ipos = np.array(com.Get(), dtype=np.float64) * self.mpu if com.HasAuthoredValue() else None
       if mass > 0 and np.all(diag > 0):
+        if ipos is None and has_geom:  # the colliders' centre of mass, from the compiled geoms below
+          scale_to[path] = ("com", mass, diag, iquat, None)
+          continue
         b.explicitinertial = True
-        b.mass = mass
-        b.inertia = diag
-        if com.HasAuthoredValue():
-          b.ipos = np.array(com.Get(), dtype=np.float64) * self.mpu
-        elif has_geom:
-          scale_to[path] = ("com", mass)
-        if axes is not None and axes.GetReal() ** 2 + sum(x * x for x in axes.GetImaginary()) > 0:
-          b.iquat = _quat(axes)  # (0, 0, 0, 0) is UsdPhysics' "not authored"
+        b.mass, b.inertia = mass, diag
+        if ipos is not None:
+          b.ipos = ipos
+        if iquat is not None:
+          b.iquat = iquat
       elif mass > 0:
         if not has_geom:
           raise UsdError(f"rigid body {self._where(prim)} has a mass but no diagonalInertia and no collider to compute "
                          "one from: author physics:diagonalInertia")
-        scale_to[path] = ("all", mass)
+        scale_to[path] = ("all", mass, None, None, ipos)
       elif not has_geom:
         raise UsdError(f"rigid body {self._where(prim)} has no mass: author physics:mass and physics:diagonalInertia "
                        "in its MassAPI, or give it a collider")
@@ -633,12 +638,16 @@ class _Reader:
       m0 = spec.copy().compile()
     except Exception as e:
       raise UsdError(f"the model read from {self.path!r} does not compile: {e}") from None
-    for path, (what, mass) in scale_to.items():
+    for path, (what, mass, diag, iquat, ipos) in scale_to.items():
       b = sbody[path]
       i = m0.body(self.body_name[path]).id
       b.explicitinertial = True
-      b.ipos = m0.body_ipos[i].copy()
-      if what == "all":  # uniform density: inertia scales with mass, the frame stays
-        b.mass = mass
+      b.mass = mass
+      b.ipos = m0.body_ipos[i].copy() if ipos is None else ipos
+      if what == "com":  # authored inertia, the colliders' centre of mass
+        b.inertia = diag
+        if iquat is not None:
+          b.iquat = iquat
+      else:  # uniform density: the inertia scales with the mass, its axes stay
         b.iquat = m0.body_iquat[i].copy()
         b.inertia = m0.body_inertia[i] * (mass / m0.body_mass[i])

@@ -201,3 +201,21 @@ def test_so101_round_trip(tmp_path):
     spec.joint(src.joint(j).name).frictionloss = src.dof_frictionloss[src.jnt_dofadr[j]]
   err = np.abs(_rollout(spec.compile()) - q_src).max()
   assert err < 5e-6, err  # 2.0e-6 rad measured: masses, inertias and frames stored in float32
+
+
+def test_mass_and_inertia_without_centre_of_mass(tmp_path):
+  """MassAPI with mass and inertia but no centerOfMass: the centre of mass is the colliders'."""
+  from pxr import Gf, UsdGeom
+
+  import usd_stages as S
+
+  stage = S._stage(tmp_path / "com.usda")
+  S._body(stage, "/World/b", (0, 0, 1), mass=2.0, inertia=(0.2, 0.25, 0.3))
+  cube = UsdGeom.Cube.Define(stage, "/World/b/collider")
+  cube.AddTranslateOp().Set(Gf.Vec3d(0.1, -0.05, 0.02))
+  S._collider(cube.GetPrim())
+  stage.GetRootLayer().Save()
+  m = load_mjmodel(str(tmp_path / "com.usda"))
+  np.testing.assert_allclose(m.body("b").ipos, [0.1, -0.05, 0.02], atol=1e-12)
+  np.testing.assert_allclose(m.body("b").inertia, [0.2, 0.25, 0.3], rtol=1e-7)
+  assert m.body("b").mass[0] == 2.0
