@@ -68,7 +68,8 @@ def load(importer: str, path: str):
 
   if importer == "mujoco-usd":
     return mujoco.MjSpec.from_file(path).compile()
-  sys.path.insert(0, ROOT)
+  if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
   from diffsim.usd import usd_to_spec
 
   return usd_to_spec(path, importer="newton" if importer == "newton" else "diffsim").spec.compile()

@@ -91,8 +91,9 @@ def _add_sysid(sub) -> None:
     description="Identify MuJoCo model parameters that make the simulation reproduce recorded data "
                 "(Levenberg-Marquardt on MJWarp rollouts, one world per trajectory).",
     epilog=_SYSID_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("model", metavar="MODEL", help="MJCF model (.xml) or UsdPhysics stage (.usd, .usda, .usdc; pip install "
-                                                 "\"diffsim[usd]\"); its values are the initial guess")
+  p.add_argument("model", metavar="MODEL",
+                 help='MJCF model (.xml) or UsdPhysics stage (.usd, .usda, .usdc; pip install "diffsim[usd]"); its '
+                      "values are the initial guess")
   p.add_argument("data", metavar="DATA", nargs="+",
                  help="recordings (.npz or .csv) or LeRobot dataset folders (with meta/info.json); all share the "
                       "parameters")

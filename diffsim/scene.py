@@ -161,9 +161,9 @@ def load_mjmodel(model) -> mujoco.MjModel:
     raise TypeError(f"expected an MJCF path, an MJCF string, an MjSpec or an MjModel, got {type(model).__name__}")
   is_xml = model.lstrip().startswith("<")
   if not is_xml and model.lower().endswith((".usd", ".usda", ".usdc", ".usdz")):
-    from .usd import usd_to_spec  # a UsdPhysics stage, converted (diffsim.usd)
+    from .usd import compile_usd, usd_to_spec  # a UsdPhysics stage, converted (diffsim.usd)
 
-    return load_mjmodel(usd_to_spec(model).spec)
+    return compile_usd(usd_to_spec(model), model)
   if not is_xml and not os.path.exists(model):
     raise FileNotFoundError(f"MJCF file not found: {model!r} (pass a path or an XML string starting with '<')")
   try:
@@ -284,10 +284,10 @@ class Scene:
       importer: "auto" (diffsim's own, with usd-core) or "newton" (see `usd_to_spec`).
       nworld, device, solver, nconmax, njmax: as in `from_xml`.
     """
-    from .usd import usd_to_spec
+    from .usd import compile_usd, usd_to_spec
 
     imported = usd_to_spec(path, importer=importer)
-    scene = cls(load_mjmodel(imported.spec), nworld=nworld, device=device, solver=solver, nconmax=nconmax,
+    scene = cls(compile_usd(imported, path), nworld=nworld, device=device, solver=solver, nconmax=nconmax,
                 njmax=njmax)
     scene.spec, scene.usd_paths, scene.usd_lost = imported.spec, imported.paths, imported.lost
     return scene

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-__all__ = ["USD_SUFFIXES", "UsdError", "UsdImport", "is_usd_path", "usd_to_spec", "write_xml"]
+__all__ = ["USD_SUFFIXES", "UsdError", "UsdImport", "compile_usd", "is_usd_path", "usd_to_spec", "write_xml"]
 
 USD_SUFFIXES = (".usd", ".usda", ".usdc", ".usdz")
 _INSTALL = 'pip install "diffsim[usd]"'
@@ -123,6 +123,18 @@ def usd_to_spec(path, *, importer: str = "auto") -> UsdImport:
   if importer == "newton":
     return _newton_import(path)
   return _Reader(path).read()
+
+
+def compile_usd(imported: UsdImport, path) -> mujoco.MjModel:
+  """Compiles `imported.spec`; a compiler error names the prim its element came from."""
+  try:
+    return imported.spec.compile()
+  except Exception as e:
+    msg = " ".join(str(e).replace("Error: ", "").split())
+    found = re.search(r"Element name '([^']*)'", msg)
+    prims = [p for names in imported.paths.values() for n, p in names.items() if found and n == found.group(1)]
+    where = f" (prim {prims[0]})" if prims else ""
+    raise UsdError(f"the model converted from {os.fspath(path)!r} does not compile{where}: {msg}") from None
 
 
 def _newton_import(path: str) -> UsdImport:
@@ -237,6 +249,8 @@ class _Reader:
         joints.append(p)
       if p.IsA(UsdPhysics.Scene):
         scenes.append(p)
+      if p.IsA(UsdPhysics.CollisionGroup):
+        self._lose("collision groups (every collider pair may touch, but a body and its parent)", str(p.GetPath()))
     if not bodies:
       raise UsdError(f"the USD stage {self.path!r} has no rigid bodies (no prim with UsdPhysics.RigidBodyAPI): "
                      "nothing would move. Apply RigidBodyAPI (and MassAPI) to each moving link, e.g. in Python "
@@ -483,7 +497,8 @@ class _Reader:
 
   def _world_pose(self, prim):
     M = self.xcache.GetLocalToWorldTransform(prim)
-    return np.array(M.ExtractTranslation(), dtype=np.float64) * self.mpu, _quat(M.RemoveScaleShear().ExtractRotationQuat())
+    return (np.array(M.ExtractTranslation(), dtype=np.float64) * self.mpu,
+            _quat(M.RemoveScaleShear().ExtractRotationQuat()))
 
   def _relative(self, prim, body_path):
     """(pos, quat, scale) of `prim` in its body's frame (the world's where `body_path` is None)."""
@@ -515,8 +530,8 @@ class _Reader:
       if prim.IsA(UsdGeom.Cube):
         kw = dict(type=mujoco.mjtGeom.mjGEOM_BOX, size=UsdGeom.Cube(prim).GetSizeAttr().Get() / 2 * s * self.mpu)
       elif prim.IsA(UsdGeom.Sphere):
-        kw = dict(type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[UsdGeom.Sphere(prim).GetRadiusAttr().Get() * s.max() * self.mpu,
-                                                           0, 0])
+        radius = UsdGeom.Sphere(prim).GetRadiusAttr().Get() * s.max() * self.mpu
+        kw = dict(type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[radius, 0, 0])
       elif prim.IsA(UsdGeom.Capsule) or prim.IsA(UsdGeom.Cylinder):
         cap = prim.IsA(UsdGeom.Capsule)
         g = UsdGeom.Capsule(prim) if cap else UsdGeom.Cylinder(prim)
@@ -538,7 +553,8 @@ class _Reader:
         kw = dict(type=mujoco.mjtGeom.mjGEOM_MESH, meshname=self._mesh(spec, prim, s, mnames))
       else:
         raise UsdError(f"collider {self._where(prim)} is a {prim.GetTypeName() or 'typeless prim'}, which diffsim "
-                       "cannot import (Cube, Sphere, Capsule, Cylinder, Plane and Mesh are): use one of those or a Mesh")
+                       "cannot import (Cube, Sphere, Capsule, Cylinder, Plane and Mesh are): use one of those or a "
+                       "Mesh")
       owner = self.sbody[bpath]
       geom = owner.add_geom(name=gnames[gpath], pos=pos, quat=quat, **kw)
       self._collider_material(prim, geom, bpath)
@@ -591,7 +607,8 @@ class _Reader:
         density = float(bm.GetDensityAttr().Get())
     if density is not None:
       geom.density = density * self.kgpu / self.mpu ** 3
-    if prim.HasAPI(UsdPhysics.FilteredPairsAPI) or (bpath and self.body_paths[bpath].HasAPI(UsdPhysics.FilteredPairsAPI)):
+    owner = self.body_paths[bpath] if bpath else None
+    if prim.HasAPI(UsdPhysics.FilteredPairsAPI) or (owner and owner.HasAPI(UsdPhysics.FilteredPairsAPI)):
       self._lose("filtered pairs", str(prim.GetPath()))
 
   def _inertials(self, spec, sbody) -> None:

@@ -13,7 +13,8 @@ def test_tutorial_08_usd_sysid(tmp_path):
   cmd = [sys.executable, os.path.join(ROOT, "tutorials", "08_usd_sysid.py"), "--test", "--device", "cpu", "--out",
          str(tmp_path)]
   # this checkout's diffsim first (the script's folder, tutorials/, would come first on sys.path)
-  env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+  path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+  env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=path)
   p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
   assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
   assert "test passed" in p.stdout

@@ -219,3 +219,25 @@ def test_mass_and_inertia_without_centre_of_mass(tmp_path):
   np.testing.assert_allclose(m.body("b").ipos, [0.1, -0.05, 0.02], atol=1e-12)
   np.testing.assert_allclose(m.body("b").inertia, [0.2, 0.25, 0.3], rtol=1e-7)
   assert m.body("b").mass[0] == 2.0
+
+
+def test_a_model_that_does_not_compile_names_the_prim(tmp_path):
+  import usd_stages as S
+
+  stage = S._stage(tmp_path / "inertia.usda")
+  S._body(stage, "/World/b", (0, 0, 1), mass=2.0, inertia=(0.1, 0.1, 0.3))  # A + B < C: no such body
+  stage.GetRootLayer().Save()
+  with pytest.raises(UsdError, match=r"does not compile \(prim /World/b\): inertia must satisfy A \+ B >= C"):
+    diffsim.Scene.from_usd(tmp_path / "inertia.usda", device="cpu")
+
+
+def test_bench_usd_runs_tiny():
+  """The README's importer table's diffsim row comes from this benchmark (one environment per importer)."""
+  from benchmarks import bench_usd
+
+  res = bench_usd.main(["--importer", "diffsim", "--repeats", "1", "--no-so101"])
+  for layout in ("arm", "arm_root_on_link"):
+    row = res[layout]
+    assert all(row[k] for k in ("masses", "limits", "drives", "friction", "armature")), row
+    assert row["qpos_err_100"] < 1e-6
+  assert res["install_mb"] > 50  # usd-core's files

@@ -220,7 +220,8 @@ def arm_mjcf() -> str:
       <inertial pos="{v3(a['com']['base'])}" mass="{f(a['mass']['base'])}" diaginertia="{v3(a['inertia']['base'])}"/>
       <geom type="box" size="0.05 0.05 0.05"/>
       <body name="link1" pos="0 0 {f(0.1)}" quat="{q}">
-        <inertial pos="{v3(a['com']['link1'])}" mass="{f(a['mass']['link1'])}" diaginertia="{v3(a['inertia']['link1'])}"/>
+        <inertial pos="{v3(a['com']['link1'])}" mass="{f(a['mass']['link1'])}"
+                  diaginertia="{v3(a['inertia']['link1'])}"/>
         <joint name="shoulder" type="hinge" axis="0 1 0" range="{rng}" armature="{f(s['armature'])}"/>
         <geom type="capsule" size="0.03 0.12" pos="0.15 0 0" quat="0.7071067811865476 0 0.7071067811865476 0"/>
         <body name="link2" pos="{f(0.3)} 0 0">
@@ -231,7 +232,8 @@ def arm_mjcf() -> str:
     </body>
     <body name="box" pos="0.6 0 0.1" quat="{c!r} {sn!r} 0 0">
       <freejoint name="box"/>
-      <geom type="box" size="0.05 0.05 0.05" mass="{f(a['mass']['box'])}" friction="{f(a['rubber']['dynamic'])} 0.005 0.0001"/>
+      <geom type="box" size="0.05 0.05 0.05" mass="{f(a['mass']['box'])}"
+            friction="{f(a['rubber']['dynamic'])} 0.005 0.0001"/>
     </body>
     <body name="rock" pos="-0.5 0 0.08">
       <freejoint name="rock"/>
@@ -241,8 +243,9 @@ def arm_mjcf() -> str:
   <actuator>
     <general name="shoulder" joint="shoulder" gainprm="{kp!r}" biastype="affine" biasprm="0 {-kp!r} {-kd!r}"
              ctrlrange="{rng}" forcerange="-{f(s['max_force'])} {f(s['max_force'])}"/>
-    <general name="slider" joint="slider" gainprm="{f(sl['kp'])}" biastype="affine" biasprm="0 -{f(sl['kp'])} -{f(sl['kd'])}"
-             ctrlrange="{f(sl['limits'][0])} {f(sl['limits'][1])}" forcerange="-{f(sl['max_force'])} {f(sl['max_force'])}"/>
+    <general name="slider" joint="slider" gainprm="{f(sl['kp'])}" biastype="affine"
+             biasprm="0 -{f(sl['kp'])} -{f(sl['kd'])}" ctrlrange="{f(sl['limits'][0])} {f(sl['limits'][1])}"
+             forcerange="-{f(sl['max_force'])} {f(sl['max_force'])}"/>
   </actuator>
 </mujoco>
 """
@@ -357,8 +360,8 @@ def write_stage_from_mjmodel(m, path) -> str:
     pos0 = pose_in_parent[0] + _rot(pose_in_parent[1], f1[0])
     rot0 = np.empty(4)
     mujoco.mju_mulQuat(rot0, pose_in_parent[1], f1[1])
-    cls = {mujoco.mjtJoint.mjJNT_HINGE: UsdPhysics.RevoluteJoint, mujoco.mjtJoint.mjJNT_SLIDE: UsdPhysics.PrismaticJoint,
-           mujoco.mjtJoint.mjJNT_BALL: UsdPhysics.SphericalJoint}[jtype]
+    cls = {mujoco.mjtJoint.mjJNT_HINGE: UsdPhysics.RevoluteJoint, mujoco.mjtJoint.mjJNT_SLIDE:
+           UsdPhysics.PrismaticJoint, mujoco.mjtJoint.mjJNT_BALL: UsdPhysics.SphericalJoint}[jtype]
     j = _joint(stage, cls, jp, parent, bpath[b], tuple(pos0), tuple(f1[0]), tuple(rot0), tuple(f1[1]))
     angular = jtype == mujoco.mjtJoint.mjJNT_HINGE
     if jtype != mujoco.mjtJoint.mjJNT_BALL:
