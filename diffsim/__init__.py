@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # submodules, and public names with the module that defines them
 _SUBMODULES = ("adjoint", "cli", "data", "distributed", "gradcheck", "graph", "interop", "joints", "kernels", "lerobot",
-               "losses", "optim", "params", "plot", "scene", "step", "sysid", "trajopt")
+               "losses", "optim", "params", "plot", "scene", "step", "sysid", "trajopt", "usd")
 _NAMES = {
   "check_gradients": "gradcheck",
   "Param": "params",
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
   from diffsim import losses as losses
   from diffsim import optim as optim
   from diffsim import sysid as sysid
+  from diffsim import usd as usd
   from diffsim.gradcheck import check_gradients as check_gradients
   from diffsim.params import Param as Param
   from diffsim.rollout import DivergenceError as DivergenceError

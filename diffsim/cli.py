@@ -22,6 +22,8 @@ examples:
   diffsim sysid so101.xml rec.csv --param dof_damping:elbow_flex --bounds dof_damping:elbow_flex=0.1,5 \\
       --weight qvel=0.1 --shooting 50 --starts 4 --device cuda:0
 
+  diffsim sysid robot.usda run1.npz --param body_mass:link1   # a UsdPhysics stage (pip install "diffsim[usd]")
+
   diffsim sysid so101.xml ~/.cache/huggingface/lerobot/me/so101_moves --episodes 0:10 --units degrees \
       --param dof_damping:elbow_flex --param dof_armature:elbow_flex --param actuator_gainprm:elbow_flex
 
@@ -89,7 +91,9 @@ def _add_sysid(sub) -> None:
     description="Identify MuJoCo model parameters that make the simulation reproduce recorded data "
                 "(Levenberg-Marquardt on MJWarp rollouts, one world per trajectory).",
     epilog=_SYSID_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("model", metavar="MODEL.xml", help="MJCF model; its values are the initial guess")
+  p.add_argument("model", metavar="MODEL",
+                 help='MJCF model (.xml) or UsdPhysics stage (.usd, .usda, .usdc; pip install "diffsim[usd]"); its '
+                      "values are the initial guess")
   p.add_argument("data", metavar="DATA", nargs="+",
                  help="recordings (.npz or .csv) or LeRobot dataset folders (with meta/info.json); all share the "
                       "parameters")
@@ -177,9 +181,9 @@ def _run_sysid(args) -> int:
                                     calibration=args.calibration)
         data.extend(recs)
         if args.max_steps_per_sample is None:  # frame times come from fps: no millisecond mistake to guard against
-          import mujoco
+          from .scene import load_mjmodel
 
-          dt = float(mujoco.MjModel.from_xml_path(args.model).opt.timestep)
+          dt = float(load_mjmodel(args.model).opt.timestep)
           steps = max(int(round(float(max(r.time[1:] - r.time[:-1])) / dt)) for r in recs)
           limit = max(limit or _data.MAX_STEPS_PER_SAMPLE, steps)
       import warp as wp

@@ -160,6 +160,10 @@ def load_mjmodel(model) -> mujoco.MjModel:
   if not isinstance(model, str):
     raise TypeError(f"expected an MJCF path, an MJCF string, an MjSpec or an MjModel, got {type(model).__name__}")
   is_xml = model.lstrip().startswith("<")
+  if not is_xml and model.lower().endswith((".usd", ".usda", ".usdc", ".usdz")):
+    from .usd import compile_usd, usd_to_spec  # a UsdPhysics stage, converted (diffsim.usd)
+
+    return compile_usd(usd_to_spec(model), model)
   if not is_xml and not os.path.exists(model):
     raise FileNotFoundError(f"MJCF file not found: {model!r} (pass a path or an XML string starting with '<')")
   try:
@@ -263,6 +267,42 @@ class Scene:
     if isinstance(model, mujoco.MjModel):
       mjm = copy_mjmodel(mjm)
     return cls(mjm, nworld=nworld, device=device, solver=solver, nconmax=nconmax, njmax=njmax)
+
+  @classmethod
+  def from_usd(cls, path, *, nworld: int = 1, device=None, importer: str = "auto", solver: SolverSettings | None = None,
+               nconmax: int | None = None, njmax: int | None = None) -> "Scene":
+    """Builds a scene from a UsdPhysics stage (.usd, .usda, .usdc, .usdz; `pip install "diffsim[usd]"`).
+
+    The stage is converted to MJCF by `diffsim.usd.usd_to_spec` (see its docstring for what is kept
+    and what is lost) before any kernel runs. Beyond `from_xml`'s attributes the scene has
+    `usd_paths` (`{kind: {name: prim path}}` for body, joint, geom, actuator: the names `Param`
+    takes), `usd_lost` (what the model does not hold) and `spec` (the converted `mujoco.MjSpec`;
+    `to_xml` writes it).
+
+    Args:
+      path: the USD file (not modified).
+      importer: "auto" (diffsim's own, with usd-core) or "newton" (see `usd_to_spec`).
+      nworld, device, solver, nconmax, njmax: as in `from_xml`.
+    """
+    from .usd import compile_usd, usd_to_spec
+
+    imported = usd_to_spec(path, importer=importer)
+    scene = cls(compile_usd(imported, path), nworld=nworld, device=device, solver=solver, nconmax=nconmax,
+                njmax=njmax)
+    scene.spec, scene.usd_paths, scene.usd_lost = imported.spec, imported.paths, imported.lost
+    return scene
+
+  def to_xml(self, path) -> None:
+    """Writes the MJCF of a scene built by `from_usd` (the converted model) to `path` (temporary file, rename).
+
+    MuJoCo's XML writer prints joint ranges and actuator parameters to 6 significant digits: the file
+    is for reading and editing; the scene itself holds the full values."""
+    if getattr(self, "spec", None) is None:
+      raise TypeError("to_xml writes the MJCF converted from USD (Scene.from_usd); a scene from MJCF has its source "
+                      "file already")
+    from .usd import write_xml
+
+    write_xml(self.spec, path)
 
   # -- worlds -------------------------------------------------------------------------------------
 

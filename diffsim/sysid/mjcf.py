@@ -34,6 +34,10 @@ def _load_spec(source) -> mujoco.MjSpec:
   src = os.fspath(source)
   if src.lstrip().startswith("<"):
     return mujoco.MjSpec.from_string(src)
+  if src.lower().endswith((".usd", ".usda", ".usdc", ".usdz")):
+    from ..usd import usd_to_spec  # model.xml is then the converted stage with the identified values
+
+    return usd_to_spec(src).spec
   spec = mujoco.MjSpec.from_file(src)
   # asset folders are relative to the original file: make them absolute so model.xml loads anywhere
   base = os.path.dirname(os.path.abspath(src))
