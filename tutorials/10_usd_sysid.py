@@ -16,13 +16,13 @@ degree), capsule colliders with a physics material. This script writes two such 
    (the converted stage with the identified masses) and plots.
 
 Run:
-  python tutorials/08_usd_sysid.py                  # writes out/08_usd_sysid/
-  python tutorials/08_usd_sysid.py --device cuda:0
-  python tutorials/08_usd_sysid.py --test           # short, checks the recovered values
+  python tutorials/10_usd_sysid.py                  # writes out/10_usd_sysid/
+  python tutorials/10_usd_sysid.py --device cuda:0
+  python tutorials/10_usd_sysid.py --test           # short, checks the recovered values
 
 The same from the command line, on the files this script writes:
-  diffsim sysid out/08_usd_sysid/arm_model.usda out/08_usd_sysid/run*.npz \\
-      --param body_mass:upper_arm --param body_mass:forearm --out out/08_usd_sysid/cli
+  diffsim sysid out/10_usd_sysid/arm_model.usda out/10_usd_sysid/run*.npz \\
+      --param body_mass:upper_arm --param body_mass:forearm --out out/10_usd_sysid/cli
 """
 
 import argparse
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
   import warp as wp
 
   wp.config.log_level = wp.LOG_WARNING
-  out = os.path.join(args.out, "08_usd_sysid")
+  out = os.path.join(args.out, "10_usd_sysid")
   os.makedirs(out, exist_ok=True)
   model = write_arm(os.path.join(out, "arm_model.usda"), GUESS)
   truth = write_arm(os.path.join(out, "arm_truth.usda"), TRUTH)
