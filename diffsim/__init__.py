@@ -26,7 +26,7 @@ _NAMES = {
   "rollout": "rollout",
   "Scene": "scene",
   "SolverSettings": "scene",
-  "UnknownNameError": "scene",
+  "UnknownNameError": "mjmodel",
   "asset_path": "scene",
   "set_deterministic": "scene",
   "FiniteDifferenceStep": "step",
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
   from diffsim.rollout import rollout as rollout
   from diffsim.scene import Scene as Scene
   from diffsim.scene import SolverSettings as SolverSettings
-  from diffsim.scene import UnknownNameError as UnknownNameError
+  from diffsim.mjmodel import UnknownNameError as UnknownNameError
   from diffsim.scene import asset_path as asset_path
   from diffsim.scene import set_deterministic as set_deterministic
   from diffsim.step import FiniteDifferenceStep as FiniteDifferenceStep

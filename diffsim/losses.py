@@ -27,7 +27,7 @@ import numpy as np
 import warp as wp
 
 from . import joints
-from .scene import UnknownNameError
+from .mjmodel import UnknownNameError
 
 __all__ = ["CostTerm", "QposCost", "QvelCost", "SensorCost", "SiteCost", "CtrlCost", "CtrlRateCost", "KernelCost",
            "Cost", "add_site_sensors"]

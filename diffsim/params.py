@@ -22,7 +22,7 @@ import numpy as np
 import warp as wp
 
 from . import joints
-from .scene import UnknownNameError, name2id
+from .mjmodel import UnknownNameError, name2id
 
 __all__ = ["Param", "ParamLayout", "FIELD_DOCS"]
 

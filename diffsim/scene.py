@@ -18,15 +18,11 @@ import mujoco
 import numpy as np
 import warp as wp
 
+from .mjmodel import UnknownNameError, can_make_contacts, name2id
+
 __all__ = ["Scene", "SolverSettings", "UnknownNameError", "resolve_device", "set_deterministic", "asset_path",
            "available_memory"]
 
-
-class UnknownNameError(KeyError):
-  """A name (of a model element, parameter field, ...) that does not exist; says which do."""
-
-  def __str__(self) -> str:  # KeyError would print the message quoted, with escapes
-    return str(self.args[0]) if self.args else ""
 
 _ASSETS = os.path.join(os.path.dirname(__file__), "assets")
 
@@ -57,13 +53,16 @@ _DETERMINISTIC = False
 # Warp's deterministic lowering rejects an array both updated that way and read in one kernel. Not
 # MJWarp's modules either: `opt.deterministic` builds its kernels with float atomics in the
 # deterministic mode, and several of its others do not compile in it (same reason).
-DETERMINISTIC_MODULES = ("diffsim.adjoint", "diffsim.gradcheck", "diffsim.losses", "diffsim.rollout",
+# the analytic adjoint's modules with kernels (`diffsim/adjoint/`)
+_ADJOINT_MODULES = tuple(f"diffsim.adjoint.{m}" for m in ("kinematics", "dynamics", "actuation", "sensors", "contacts",
+                                                           "constraints", "solve", "step"))
+DETERMINISTIC_MODULES = (*_ADJOINT_MODULES, "diffsim.gradcheck", "diffsim.losses", "diffsim.rollout",
                          "diffsim.sysid.residuals")
 # ... of which these make atomic updates in loops over the model's coordinates, which Warp's static
 # record count (one per call site) misses: each coordinate of the initial state (rollout's
 # `_initial_grad`), each input of a residual row (the adjoint of `diffsim.sysid.residuals.residuals`) once per thread,
 # or a world's tree sums and their adjoints (the analytic adjoint's replay, one thread per world)
-LOOPED_RECORD_MODULES = ("diffsim.adjoint", "diffsim.rollout", "diffsim.sysid.residuals")
+LOOPED_RECORD_MODULES = (*_ADJOINT_MODULES, "diffsim.rollout", "diffsim.sysid.residuals")
 _max_records = 0  # the largest such count over the scenes built so far
 
 
@@ -108,7 +107,7 @@ def _note_model_size(mjm: mujoco.MjModel) -> None:
   """Raises the per-thread record bound of `LOOPED_RECORD_MODULES` to cover `mjm`."""
   global _max_records
   need = max(mjm.nq, 2 * mjm.nv + mjm.na + mjm.nsensordata)
-  from .adjoint import analytic_coverage
+  from .adjoint.coverage import analytic_coverage  # no Warp kernels: the package's step loads on first use
 
   if analytic_coverage(mjm) is None:
     # the analytic adjoint's per-world sums over (body, ancestor) and (dof, dof) pairs
@@ -498,17 +497,6 @@ def _check_sdf_plugins(mjm: mujoco.MjModel) -> None:
       f"does it for the nut, bolt, torus and gear plugins). Without them MJWarp's collisions return 0.")
 
 
-def can_make_contacts(mjm: mujoco.MjModel) -> bool:
-  """Whether any two geoms of different bodies can collide (or explicit pairs exist)."""
-  if mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT:
-    return False
-  if mjm.npair:
-    return True
-  ct, ca, body = mjm.geom_contype, mjm.geom_conaffinity, mjm.geom_bodyid
-  hit = ((ct[:, None] & ca[None, :]) | (ca[:, None] & ct[None, :])) != 0
-  return bool((hit & (body[:, None] != body[None, :])).any())
-
-
 def _has_limits_or_equalities(mjm: mujoco.MjModel) -> bool:
   """Whether equality constraints or joint / tendon limits can be active (MJCF and disable flags)."""
   off = mjm.opt.disableflags
@@ -532,27 +520,3 @@ def copy_mjmodel(mjm: mujoco.MjModel) -> mujoco.MjModel:
   import copy
 
   return copy.deepcopy(mjm)
-
-
-def name2id(mjm: mujoco.MjModel, objtype: mujoco.mjtObj, name: str) -> int:
-  """Id of the element `name` of type `objtype`, or an `UnknownNameError` that lists the names there are."""
-  i = mujoco.mj_name2id(mjm, objtype, name)
-  if i < 0:
-    kind = mujoco.mjtObj(objtype).name.removeprefix("mjOBJ_").lower()
-    names = [mujoco.mj_id2name(mjm, objtype, j) for j in range(_count(mjm, objtype))]
-    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-    raise UnknownNameError(f"no {kind} named {name!r} in the model; {plural} are: {[n for n in names if n]}")
-  return i
-
-
-def _count(mjm: mujoco.MjModel, objtype) -> int:
-  return {
-    mujoco.mjtObj.mjOBJ_BODY: mjm.nbody,
-    mujoco.mjtObj.mjOBJ_JOINT: mjm.njnt,
-    mujoco.mjtObj.mjOBJ_GEOM: mjm.ngeom,
-    mujoco.mjtObj.mjOBJ_SITE: mjm.nsite,
-    mujoco.mjtObj.mjOBJ_ACTUATOR: mjm.nu,
-    mujoco.mjtObj.mjOBJ_SENSOR: mjm.nsensor,
-    mujoco.mjtObj.mjOBJ_TENDON: mjm.ntendon,
-    mujoco.mjtObj.mjOBJ_PAIR: mjm.npair,
-  }.get(objtype, 0)

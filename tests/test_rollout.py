@@ -254,7 +254,7 @@ def test_set_deterministic_reaches_the_kernels_that_launch():
     # diffsim's adjoint, whose initial-state gradients sum over the worlds
     assert {("diffsim.rollout", "_adjoint_step"), ("diffsim.rollout", "_initial_grad")} <= det
     # the analytic adjoint's replay, whose reverse pass sums into shared adjoints with atomics
-    assert {("diffsim.adjoint", "_kinematics"), ("diffsim.adjoint", "_cinert")} <= det
+    assert {("diffsim.adjoint.kinematics", "_kinematics"), ("diffsim.adjoint.kinematics", "_cinert")} <= det
     # MJWarp's kernels with float atomics (built per mode by opt.deterministic), and only those: its
     # others do not compile in that mode, as a global wp.config.deterministic would have them
     mjw_modes = {mode for m, _, mode in launches if m.startswith("mujoco_warp")}

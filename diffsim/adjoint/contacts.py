@@ -33,7 +33,8 @@ import warp as wp
 from mujoco_warp._src.math import make_frame
 from mujoco_warp._src.types import ContactType, vec5
 
-from .adjoint import _MINVAL, _kbimp
+from .constraints import _kbimp
+from .spatial import _MINVAL
 
 __all__ = ["ContactRows", "MAX_CONTACT_ROWS"]
 

@@ -1,0 +1,156 @@
+"""Actuation, replayed differentiably: activation dynamics, gains and biases through joint
+transmissions (`qfrc_actuator`, `actuator_force`, the next activation), and the actuators' velocity
+gains that implicitfast integrates implicitly (their part of `B`).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from mujoco_warp._src.types import vec10
+
+from ..joints import BALL, HINGE, SLIDE
+from .coverage import _BIAS_AFFINE, _DYN_FILTER, _DYN_FILTEREXACT, _DYN_NONE, _GAIN_AFFINE
+from .spatial import _MINVAL
+
+
+@wp.kernel
+def _actuation(
+  # Model:
+  opt_timestep: float,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  actuator_trnid: wp.array[wp.vec2i],
+  actuator_dyntype: wp.array[int],
+  actuator_gaintype: wp.array[int],
+  actuator_biastype: wp.array[int],
+  actuator_actadr: wp.array[int],
+  actuator_ctrllimited: wp.array[bool],
+  actuator_forcelimited: wp.array[bool],
+  actuator_actlimited: wp.array[bool],
+  actuator_ctrlrange: wp.array2d[wp.vec2],
+  actuator_forcerange: wp.array2d[wp.vec2],
+  actuator_actrange: wp.array2d[wp.vec2],
+  actuator_gear: wp.array2d[wp.spatial_vector],
+  actuator_dynprm: wp.array2d[vec10],
+  actuator_gainprm: wp.array2d[vec10],
+  actuator_biasprm: wp.array2d[vec10],
+  clampctrl: int,
+  # In:
+  qpos: wp.array2d[float],
+  qvel: wp.array2d[float],
+  act: wp.array2d[float],
+  ctrl: wp.array2d[float],
+  # Out:
+  qfrc_out: wp.array2d[float],  # (nworld, nv), zeroed
+  force_out: wp.array2d[float],  # (nworld, nu) actuator forces
+  act_next_out: wp.array2d[float],  # (nworld, na) activations after the step
+):
+  """Joint-transmission actuators: `force = gain * (ctrl or act) + bias`, as MJWarp's
+  `_actuator_force`, and the activation's Euler step (`next_act`). Ball and free joints: motors
+  (fixed gain, no bias), whose moment is the gear."""
+  w, u = wp.tid()
+  c = ctrl[w, u]
+  if actuator_ctrllimited[u] and clampctrl != 0:
+    r = actuator_ctrlrange[w % actuator_ctrlrange.shape[0], u]
+    c = wp.clamp(c, r[0], r[1])
+  dyn = actuator_dyntype[u]
+  inp = c
+  if dyn != _DYN_NONE:
+    adr = actuator_actadr[u]
+    a = act[w, adr]
+    dynprm = actuator_dynprm[w % actuator_dynprm.shape[0], u]
+    adot = c
+    if dyn == _DYN_FILTER or dyn == _DYN_FILTEREXACT:
+      adot = (c - a) / wp.max(dynprm[0], _MINVAL)
+    anext = a + adot * opt_timestep
+    if dyn == _DYN_FILTEREXACT:
+      tau = wp.max(_MINVAL, dynprm[0])
+      anext = a + adot * tau * (1.0 - wp.exp(-opt_timestep / tau))
+    if actuator_actlimited[u]:
+      r = actuator_actrange[w % actuator_actrange.shape[0], u]
+      anext = wp.clamp(anext, r[0], r[1])
+    act_next_out[w, adr] = anext
+    inp = a
+  jnt = actuator_trnid[u][0]
+  gears = actuator_gear[w % actuator_gear.shape[0], u]
+  gear = gears[0]
+  d = jnt_dofadr[jnt]
+  typ = jnt_type[jnt]
+  length = float(0.0)
+  velocity = float(0.0)
+  if typ == HINGE or typ == SLIDE:
+    length = gear * qpos[w, jnt_qposadr[jnt]]
+    velocity = gear * qvel[w, d]
+  gainprm = actuator_gainprm[w % actuator_gainprm.shape[0], u]
+  biasprm = actuator_biasprm[w % actuator_biasprm.shape[0], u]
+  gain = gainprm[0]
+  if actuator_gaintype[u] == _GAIN_AFFINE:
+    gain = gainprm[0] + gainprm[1] * length + gainprm[2] * velocity
+  bias = float(0.0)
+  if actuator_biastype[u] == _BIAS_AFFINE:
+    bias = biasprm[0] + biasprm[1] * length + biasprm[2] * velocity
+  force = gain * inp + bias
+  if actuator_forcelimited[u]:
+    r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
+    force = wp.clamp(force, r[0], r[1])
+  force_out[w, u] = force
+  if typ == HINGE or typ == SLIDE:
+    wp.atomic_add(qfrc_out, w, d, gear * force)
+  elif typ == BALL:
+    for i in range(3):
+      wp.atomic_add(qfrc_out, w, d + i, gears[i] * force)
+  else:
+    for i in range(6):
+      wp.atomic_add(qfrc_out, w, d + i, gears[i] * force)
+
+
+@wp.kernel
+def _actuator_velocity_diag(
+  # Model:
+  jnt_type: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  actuator_trnid: wp.array[wp.vec2i],
+  actuator_dyntype: wp.array[int],
+  actuator_gaintype: wp.array[int],
+  actuator_biastype: wp.array[int],
+  actuator_actadr: wp.array[int],
+  actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2],
+  actuator_gear: wp.array2d[wp.spatial_vector],
+  actuator_gainprm: wp.array2d[vec10],
+  actuator_biasprm: wp.array2d[vec10],
+  # In:
+  act: wp.array2d[float],
+  ctrl: wp.array2d[float],
+  actuator_force: wp.array2d[float],
+  # Out:
+  bdiag_out: wp.array2d[float],
+):
+  """implicitfast's actuator term of `-qDeriv`: `-gear^2 (biasprm[2] + gainprm[2] * input)` of
+  affine actuators whose force is not clamped (MJWarp's `_qderiv_actuator_passive_vel`)."""
+  w, u = wp.tid()
+  jnt = actuator_trnid[u][0]
+  typ = jnt_type[jnt]
+  if typ == HINGE or typ == SLIDE:
+    gain = float(0.0)
+    if actuator_gaintype[u] == _GAIN_AFFINE:
+      gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
+    bias = float(0.0)
+    if actuator_biastype[u] == _BIAS_AFFINE:
+      bias = actuator_biasprm[w % actuator_biasprm.shape[0], u][2]
+    clamped = int(0)
+    if actuator_forcelimited[u]:
+      r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
+      f = actuator_force[w, u]
+      if f <= r[0] or f >= r[1]:
+        clamped = 1
+    if clamped == 0:
+      vel = bias
+      if actuator_dyntype[u] != _DYN_NONE:
+        vel = bias + gain * act[w, actuator_actadr[u]]
+      else:
+        vel = bias + gain * ctrl[w, u]
+      gear = actuator_gear[w % actuator_gear.shape[0], u][0]
+      wp.atomic_add(bdiag_out, w, jnt_dofadr[jnt], -gear * gear * vel)

@@ -1,0 +1,149 @@
+"""What the analytic adjoint differentiates: `analytic_coverage` names the first feature of a model
+(or parameter field) it does not, before anything is built.
+
+Reads the `MjModel` only (no Warp kernels), so `Scene` can ask it cheaply. The MuJoCo enum values the
+replayed kernels compare against live here too, beside the checks that admit them.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from ..joints import BALL, FREE, HINGE, SLIDE
+from ..mjmodel import can_make_contacts
+
+__all__ = ["analytic_coverage", "COVERED_PARAM_FIELDS"]
+
+# Param fields the replayed kernels read (and so differentiate).
+COVERED_PARAM_FIELDS = (
+  "body_mass", "body_inertia", "body_ipos", "dof_damping", "dof_armature", "jnt_stiffness",
+  "actuator_gainprm", "actuator_biasprm", "actuator_dynprm", "actuator_gear", "opt.gravity", "dof_frictionloss",
+)
+
+_DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT = 0, 1, 2, 3
+_GAIN_FIXED, _GAIN_AFFINE = 0, 1
+_BIAS_NONE, _BIAS_AFFINE = 0, 1
+_O = mujoco.mjtObj
+_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(_O.mjOBJ_BODY), int(_O.mjOBJ_XBODY), int(_O.mjOBJ_SITE)
+_S = mujoco.mjtSensor
+_SENS_JOINTPOS, _SENS_JOINTVEL = int(_S.mjSENS_JOINTPOS), int(_S.mjSENS_JOINTVEL)
+_SENS_ACTUATORPOS, _SENS_ACTUATORVEL = int(_S.mjSENS_ACTUATORPOS), int(_S.mjSENS_ACTUATORVEL)
+_SENS_ACTUATORFRC = int(_S.mjSENS_ACTUATORFRC)
+_SENS_FRAMEPOS, _SENS_FRAMEQUAT = int(_S.mjSENS_FRAMEPOS), int(_S.mjSENS_FRAMEQUAT)
+_SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS = (int(_S.mjSENS_FRAMEXAXIS), int(_S.mjSENS_FRAMEYAXIS),
+                                                        int(_S.mjSENS_FRAMEZAXIS))
+_SENS_FRAMELINVEL, _SENS_FRAMEANGVEL = int(_S.mjSENS_FRAMELINVEL), int(_S.mjSENS_FRAMEANGVEL)
+_SENS_SUBTREECOM = int(_S.mjSENS_SUBTREECOM)
+_SENSORS = (_SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, _SENS_ACTUATORFRC, _SENS_FRAMEPOS,
+            _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, _SENS_FRAMELINVEL,
+            _SENS_FRAMEANGVEL, _SENS_SUBTREECOM)
+
+
+def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
+  """The first feature of `mjm` (or parameter field in `fields`) the analytic adjoint does not
+  differentiate, as a phrase; `None` when it covers the model."""
+  off = int(mjm.opt.disableflags)
+  dsbl = mujoco.mjtDisableBit
+  integrator = int(mjm.opt.integrator)
+  if integrator not in (int(mujoco.mjtIntegrator.mjINT_EULER), int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)):
+    return f"the {mujoco.mjtIntegrator(integrator).name[6:].lower()} integrator (Euler and implicitfast only)"
+  if mjm.opt.enableflags & mujoco.mjtEnableBit.mjENBL_SLEEP:
+    return "sleeping bodies (the sleep enable flag)"
+  constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
+  contacts = constraints_on and can_make_contacts(mjm)
+  if contacts:
+    if mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+      return "contacts with elliptic friction cones (pyramidal cones only; <option cone=\"pyramidal\"/>)"
+    if mjm.opt.noslip_iterations > 0:
+      return "the noslip solver (noslip_iterations > 0)"
+    if (mjm.ngeom and np.any(mjm.geom_adhesion)) or (mjm.npair and np.any(mjm.pair_adhesion)):
+      return "adhesive contacts (geom or pair adhesion)"
+    if mjm.ngeom and np.any(mjm.geom_surfacevel):
+      return "contacts with surface velocity (geom surfacevel)"
+  if mjm.ntendon:
+    return "tendons"
+  if constraints_on and not off & dsbl.mjDSBL_EQUALITY:
+    for e in range(mjm.neq):
+      if int(mjm.eq_type[e]) != int(mujoco.mjtEq.mjEQ_JOINT):
+        return f"{mujoco.mjtEq(int(mjm.eq_type[e])).name[5:].lower()} equality constraints (joint equalities only)"
+      for j in mjm.eq_obj1id[e], mjm.eq_obj2id[e]:
+        if j >= 0 and mjm.jnt_type[j] not in (HINGE, SLIDE):
+          return "joint equalities of ball or free joints"
+  limits = constraints_on and not off & dsbl.mjDSBL_LIMIT and mjm.jnt_limited.any()
+  friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and mjm.dof_frictionloss.any()
+  if limits:
+    for j in np.flatnonzero(mjm.jnt_limited):
+      if mjm.jnt_type[j] not in (HINGE, SLIDE):
+        return f"limits of ball joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
+  equality = constraints_on and not off & dsbl.mjDSBL_EQUALITY and mjm.neq
+  if limits or friction or equality or contacts:
+    inertial = [f for f in fields if f in ("body_mass", "body_inertia", "body_ipos", "dof_armature")]
+    if inertial:
+      # the rows' regularization reads dof_invweight0 and body_invweight0, which MuJoCo derives from the
+      # inertia at qpos0
+      return (f"inertial parameter {inertial[0]} in a model with contacts, joint limits, dof friction or joint "
+              "equalities (their constraint rows' softness depends on the inertia through dof_invweight0 and "
+              "body_invweight0)")
+  if mjm.nflex or mjm.nplugin:
+    return "flexes or plugins"
+  if mjm.nmocap:
+    return "mocap bodies"
+  if not off & dsbl.mjDSBL_SENSOR:
+    for i in range(mjm.nsensor):
+      why = _sensor_uncovered(mjm, i)
+      if why:
+        return f"sensor {_name(mjm, mujoco.mjtObj.mjOBJ_SENSOR, i)} ({why})"
+  if not off & dsbl.mjDSBL_SPRING:
+    rot = np.isin(mjm.jnt_type, (FREE, BALL))
+    if (mjm.jnt_stiffness[rot] != 0).any():
+      return "springs on ball or free joints"
+  if (mjm.body_gravcomp != 0).any():
+    return "gravity compensation"
+  if mjm.opt.density or mjm.opt.viscosity:
+    return "fluid forces"
+  for name in ("dof_dampingpoly", "actuator_damping", "actuator_dampingpoly", "actuator_armature"):
+    if getattr(mjm, name, np.zeros(1)).any():
+      return name.replace("_", " ")
+  if mjm.njnt and getattr(mjm, "jnt_actfrclimited", np.zeros(1)).any():
+    return "joint actuator force limits (actuatorfrcrange)"
+  for i in range(mjm.nu):
+    name = _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
+    trn = int(mjm.actuator_trntype[i])
+    scalar = trn in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)) and \
+      mjm.jnt_type[mjm.actuator_trnid[i, 0]] in (SLIDE, HINGE)
+    motor = trn == int(mujoco.mjtTrn.mjTRN_JOINT) and mjm.actuator_gaintype[i] == _GAIN_FIXED and \
+      mjm.actuator_biastype[i] == _BIAS_NONE
+    if not scalar and not motor:
+      return (f"actuator {name}'s transmission (joints; on ball and free joints only motors without "
+              "joint-in-parent)")
+    if mjm.actuator_gaintype[i] not in (_GAIN_FIXED, _GAIN_AFFINE) or \
+        mjm.actuator_biastype[i] not in (_BIAS_NONE, _BIAS_AFFINE):
+      return f"actuator {name}'s gain or bias type (fixed and affine only)"
+    if mjm.actuator_dyntype[i] not in (_DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT) or \
+        mjm.actuator_actnum[i] > 1 or mjm.actuator_actearly[i]:
+      return f"actuator {name}'s activation dynamics (none, integrator, filter, filterexact)"
+  for f in fields:
+    if f not in COVERED_PARAM_FIELDS:
+      return f"parameter field {f} (covered: {', '.join(COVERED_PARAM_FIELDS)})"
+  return None
+
+
+def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
+  typ, objtype, obj = int(mjm.sensor_type[i]), int(mjm.sensor_objtype[i]), int(mjm.sensor_objid[i])
+  if typ not in _SENSORS:
+    return f"type {mujoco.mjtSensor(typ).name[7:].lower()}"
+  if mjm.sensor_refid[i] >= 0:
+    return "a reference frame"
+  if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (HINGE, SLIDE):
+    return "a ball or free joint"
+  if typ in (_SENS_FRAMEPOS, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS,
+             _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE):
+    return "a frame that is not a body or site"
+  if hasattr(mjm, "sensor_interval") and np.asarray(mjm.sensor_interval[i]).reshape(-1)[0] > 0:
+    return "a sampling interval"
+  return None
+
+
+def _name(mjm, objtype, i: int) -> str:
+  return mujoco.mj_id2name(mjm, objtype, i) or f"#{i}"
