@@ -26,6 +26,7 @@ _GAIN_FIXED, _GAIN_AFFINE = 0, 1
 _BIAS_NONE, _BIAS_AFFINE = 0, 1
 _O = mujoco.mjtObj
 _OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(_O.mjOBJ_BODY), int(_O.mjOBJ_XBODY), int(_O.mjOBJ_SITE)
+_OBJ_GEOM = int(_O.mjOBJ_GEOM)
 _S = mujoco.mjtSensor
 _SENS_JOINTPOS, _SENS_JOINTVEL = int(_S.mjSENS_JOINTPOS), int(_S.mjSENS_JOINTVEL)
 _SENS_ACTUATORPOS, _SENS_ACTUATORVEL = int(_S.mjSENS_ACTUATORPOS), int(_S.mjSENS_ACTUATORVEL)
@@ -138,8 +139,8 @@ def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
   if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (HINGE, SLIDE):
     return "a ball or free joint"
   if typ in (_SENS_FRAMEPOS, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS,
-             _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE):
-    return "a frame that is not a body or site"
+             _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE, _OBJ_GEOM):
+    return "a frame that is not a body, geom or site"
   if hasattr(mjm, "sensor_interval") and np.asarray(mjm.sensor_interval[i]).reshape(-1)[0] > 0:
     return "a sampling interval"
   return None

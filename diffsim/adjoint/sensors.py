@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from .coverage import _OBJ_BODY, _OBJ_SITE, _SENS_ACTUATORFRC, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, \
+from .coverage import _OBJ_BODY, _OBJ_GEOM, _OBJ_SITE, _SENS_ACTUATORFRC, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, \
   _SENS_FRAMEANGVEL, _SENS_FRAMELINVEL, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, \
   _SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_SUBTREECOM
 from .spatial import _mul_quat
@@ -24,6 +24,7 @@ def _sensors(
   jnt_qposadr: wp.array[int],
   jnt_dofadr: wp.array[int],
   site_bodyid: wp.array[int],
+  geom_bodyid: wp.array[int],
   body_rootid: wp.array[int],
   body_iquat: wp.array2d[wp.quat],
   actuator_trnid: wp.array[wp.vec2i],
@@ -39,13 +40,16 @@ def _sensors(
   site_xpos: wp.array2d[wp.vec3],
   site_xquat: wp.array2d[wp.quat],
   site_xmat: wp.array2d[wp.mat33],
+  geom_xpos: wp.array2d[wp.vec3],  # (nworld, ngeom) geom frames where a sensor reads one, else (nworld, 1)
+  geom_xquat: wp.array2d[wp.quat],
+  geom_xmat: wp.array2d[wp.mat33],
   com: wp.array2d[wp.vec3],
   cvel: wp.array2d[wp.spatial_vector],
   actuator_force: wp.array2d[float],
   # Out:
   sensordata_out: wp.array2d[float],
 ):
-  """The position- and velocity-stage sensors of bodies and sites (no reference frame), and the
+  """The position- and velocity-stage sensors of bodies, geoms and sites (no reference frame), and the
   actuator sensors, as MJWarp's `sensor_pos`/`sensor_vel`/`sensor_acc` compute them."""
   w, s = wp.tid()
   typ = sensor_type[s]
@@ -78,6 +82,8 @@ def _sensors(
       q = _mul_quat(xquat[w, objid], body_iquat[w % body_iquat.shape[0], objid])
     elif objtype == _OBJ_SITE:
       q = site_xquat[w, objid]
+    elif objtype == _OBJ_GEOM:
+      q = geom_xquat[w, objid]
     for i in range(4):
       v = q[i]
       if cutoff > 0.0:
@@ -94,6 +100,10 @@ def _sensors(
       pos = site_xpos[w, objid]
       mat = site_xmat[w, objid]
       body = site_bodyid[objid]
+    elif objtype == _OBJ_GEOM:
+      pos = geom_xpos[w, objid]
+      mat = geom_xmat[w, objid]
+      body = geom_bodyid[objid]
     out = pos
     if typ == _SENS_FRAMEXAXIS:
       out = wp.vec3(mat[0, 0], mat[1, 0], mat[2, 0])

@@ -394,11 +394,18 @@ class AnalyticStep:
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
                 m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, self.act, self.ctrl, actuator_force], [bdiag])
     if ns and not off & dsbl.mjDSBL_SENSOR:
+      # geom frames (the site kernel on the geoms' placements) only where a sensor reads one
+      geom_sensed = bool(np.any(mjm.sensor_objtype == mujoco.mjtObj.mjOBJ_GEOM))
+      ngs = mjm.ngeom if geom_sensed else 1
+      geom_xpos, geom_xquat, geom_xmat = arr((n, ngs), wp.vec3), arr((n, ngs), wp.quat), arr((n, ngs), wp.mat33)
+      if geom_sensed:
+        P.launch("state", _site_frames, (n, mjm.ngeom), [m.geom_bodyid, m.geom_pos, m.geom_quat, xpos, xquat],
+                 [geom_xpos, geom_xquat, geom_xmat])
       P.launch("state", _sensors, (n, mjm.nsensor),
                [m.sensor_type, m.sensor_objtype, m.sensor_objid, m.sensor_adr, m.sensor_cutoff, m.jnt_qposadr,
-                m.jnt_dofadr, m.site_bodyid, m.body_rootid, m.body_iquat, m.actuator_trnid, m.actuator_gear,
-                self.qpos, self.qvel, xpos, xquat, xmat, xipos, ximat, site_xpos, site_xquat, site_xmat, com, cvel,
-                actuator_force], [self.sensordata])
+                m.jnt_dofadr, m.site_bodyid, m.geom_bodyid, m.body_rootid, m.body_iquat, m.actuator_trnid,
+                m.actuator_gear, self.qpos, self.qvel, xpos, xquat, xmat, xipos, ximat, site_xpos, site_xquat,
+                site_xmat, geom_xpos, geom_xquat, geom_xmat, com, cvel, actuator_force], [self.sensordata])
 
     # segment "step": inverse dynamics at the accelerations, constraint forces at the solver's
     def rne(acc, tau):
