@@ -400,6 +400,7 @@ def _rows_to_qfrc(
 def _rows_jtdj(
   # Frozen:
   contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
   active: wp.array[int],
   # In:
   J: wp.array3d[float],
@@ -409,6 +410,9 @@ def _rows_jtdj(
 ):
   c, r = wp.tid()
   if active[c] == 0:
+    return
+  # rows past the contact's own are stale (J and D are reused across steps and contacts)
+  if r >= _nrow(contact_dim[c]):
     return
   d = D[c, r]
   if d == 0.0:
@@ -494,5 +498,5 @@ class ContactRows:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
     c = self.data.contact
     wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
-              inputs=[c.worldid, self.active, self.J, self.D], outputs=[self.jtdj])
+              inputs=[c.worldid, c.dim, self.active, self.J, self.D], outputs=[self.jtdj])
 

@@ -1,0 +1,195 @@
+"""The analytic adjoint through contacts (issue 26, `diffsim/adjoint/contacts.py`) against float64
+MuJoCo C: primitive pairs, pyramidal cones of every `condim`, mesh contacts (the SO-101's
+self-collision, the pick scene's cube), and what it refuses.
+
+The contact set of each step is the forward's, frozen: a gradient is the derivative of the step with
+that set, which is MuJoCo's derivative wherever no contact appears or vanishes within a
+finite-difference step (the references here are checked for that: a coarser step agrees).
+"""
+
+import mujoco
+import numpy as np
+import pytest
+from conftest import DEVICE
+
+import diffsim
+from diffsim.adjoint.coverage import analytic_coverage
+from diffsim.gradcheck import check_gradients
+
+NSTEP = 20
+
+# Five independent objects on one floor, one compile: a box sliding (4 box-plane contacts, condim 3),
+# a ball spinning and rolling with torsional and rolling friction (condim 6), a capsule lying on a
+# table box (condim 4, box-capsule), a cylinder rolling on its side (plane-cylinder), a marble on a
+# dome (sphere-sphere). Mixed condims in one model (rows of different counts side by side) once
+# hid a stale-row bug that no single-object model showed.
+CONTACT_ZOO = """
+<mujoco model="contact_zoo">
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="6 3 0.1" friction="0.5"/>
+    <body name="box" pos="0 0 0.05">
+      <freejoint name="box"/>
+      <geom name="box" type="box" size="0.05 0.05 0.05" mass="1" friction="0.5"/>
+    </body>
+    <body name="ball" pos="1 0 0.05">
+      <freejoint name="ball"/>
+      <geom name="ball" type="sphere" size="0.05" mass="0.5" condim="6" friction="0.8 0.02 0.005"/>
+    </body>
+    <geom name="table" type="box" pos="2 0 0.05" size="0.2 0.2 0.05"/>
+    <body name="capsule" pos="2 0 0.13">
+      <freejoint name="capsule"/>
+      <geom name="capsule" type="capsule" fromto="-0.08 0 0 0.08 0 0" size="0.03" mass="0.4" condim="4"
+            friction="0.7 0.01"/>
+    </body>
+    <body name="cylinder" pos="3 0 0.05" euler="90 0 0">
+      <freejoint name="cylinder"/>
+      <geom name="cylinder" type="cylinder" size="0.05 0.1" mass="0.6" friction="1"/>
+    </body>
+    <geom name="dome" type="sphere" pos="4 0 0.1" size="0.1"/>
+    <body name="marble" pos="4.01 0 0.25">
+      <freejoint name="marble"/>
+      <geom name="marble" type="sphere" size="0.05" mass="0.2"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push_box" joint="box" gear="1 0 0 0 0 0"/>
+    <motor name="twist_ball" joint="ball" gear="0 0 0 0 0 0.05"/>
+    <motor name="push_capsule" joint="capsule" gear="0 1 0 0 0 0"/>
+    <motor name="push_cylinder" joint="cylinder" gear="1 0 0 0 0 0"/>
+  </actuator>
+  <sensor>
+    <framepos name="box_pos" objtype="geom" objname="box"/>
+    <framequat name="capsule_quat" objtype="body" objname="capsule"/>
+  </sensor>
+</mujoco>
+"""
+ZOO_DOFS = dict(box=slice(0, 6), ball=slice(6, 12), capsule=slice(12, 18), cylinder=slice(18, 24),
+                marble=slice(24, 30))
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+  """Largest relative error over the checked worlds (leading axis)."""
+  a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
+  return float(np.max(np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)))
+
+
+@pytest.fixture(scope="module")
+def zoo():
+  return diffsim.Scene.from_xml(CONTACT_ZOO, nworld=2, device=DEVICE)
+
+
+def _zoo_inputs(mjm):
+  d = mujoco.MjData(mjm)
+  for _ in range(200):  # settle on the floor and the table
+    mujoco.mj_step(mjm, d)
+  qpos0 = d.qpos.copy()
+  qpos0[28:35] = [4.01, 0, 0.1 + np.sqrt(0.1499**2 - 0.01**2), 1, 0, 0, 0]  # 0.1 mm into the dome, 1 cm off its top
+  qvel0 = np.zeros(mjm.nv)
+  qvel0[[0, 6, 11, 13, 18, 22]] = [0.3, 0.3, 5.0, 0.2, 0.3, 6.0]  # slide, spin, slide, roll
+  ctrl = np.array([8.0, 1.0, 3.0, 2.0]) + 0.5 * np.random.default_rng(0).standard_normal((NSTEP, 4))
+  d.qpos[:], d.qvel[:] = qpos0, qvel0
+  mujoco.mj_forward(mjm, d)
+  pairs = {tuple(sorted((mjm.geom(c.geom1).name, mjm.geom(c.geom2).name))): int(c.dim) for c in d.contact[:d.ncon]}
+  assert pairs == {("box", "floor"): 3, ("ball", "floor"): 6, ("capsule", "table"): 4, ("cylinder", "floor"): 3,
+                   ("dome", "marble"): 3}, pairs
+  return ctrl, qpos0, qvel0
+
+
+def test_primitive_pairs_and_condims(zoo):
+  """Each object's gradient (its own dofs' columns and actuator) against float64 C, and the
+  analytic adjoint against the lanes on the same check. Measured (CPU): analytic 6e-7 (capsule)
+  .. 4.4e-5 (box); the lanes 1.8e-4 .. 2.1e-2."""
+  ctrl, qpos0, qvel0 = _zoo_inputs(zoo.mjm)
+  res = check_gradients(zoo, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")
+  lanes = check_gradients(zoo, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="finite_difference")
+  errs = {}
+  for name, cols in ZOO_DOFS.items():
+    for k in ("qpos0", "qvel0"):
+      errs[name, k] = _rel(res.tape[k][:, cols], res.fd[k][:, cols])
+  for i, name in enumerate(("box", "ball", "capsule", "cylinder")):
+    errs[name, "ctrl"] = _rel(res.tape["ctrl"][..., i], res.fd["ctrl"][..., i])
+  print({k: f"{v:.1e}" for k, v in errs.items()})
+  print("analytic:", res)
+  print("lanes:", lanes)
+  bad = {k: v for k, v in errs.items() if v > 2e-4}
+  assert not bad, bad
+  for k in ("ctrl", "qpos0", "qvel0"):
+    assert res.rel_err[k] < 0.1 * lanes.rel_err[k], (k, res.rel_err[k], lanes.rel_err[k])
+
+
+def test_sticking_box(sliding_box):
+  """Static friction: a settled box pushed below its friction limit (2 N against 4.9 N) stays put;
+  the pyramid edges that hold it are all quadratic rows. Measured 4e-5."""
+  m = sliding_box.mjm
+  d = mujoco.MjData(m)
+  for _ in range(400):
+    mujoco.mj_step(m, d)
+  u = 2.0 + 0.3 * np.random.default_rng(5).standard_normal((NSTEP, 1))
+  res = check_gradients(sliding_box, u, qpos0=d.qpos.copy(), qvel0=d.qvel.copy(), wrt=("ctrl", "qvel0"),
+                        gradient="analytic")
+  print(res)
+  assert res.max_rel_err < 1e-3, res
+
+
+# The SO-101 (mesh links, convex collision) with its shoulder touching its lower arm: one contact
+# (shoulder - lower_arm), and a pose with two.
+SO101_TOUCHING = {"one": [0.27, -0.732, 1.568, 0.541, 0.109, 0.46], "two": [0.225, 1.238, 0.42, 1.369, 0.344, 0.319]}
+
+
+@pytest.mark.parametrize("pose", sorted(SO101_TOUCHING))
+def test_so101_self_collision(so101, pose):
+  """Mesh-mesh contacts take the first-order model (witness points rigid on their bodies, the normal
+  turning with geom 1's body): exact in the controls and velocities to the model's error, approximate
+  in the positions, where the true witness points slide over the meshes. Measured (world 0, the pose
+  held): analytic ctrl 4.6e-5 / 1.2e-3, qvel0 1.4e-4 / 1.7e-3, qpos0 1.4e-3 / 1.4e-2 (poses one / two);
+  the lanes 3.1e-3 / 4.3e-3, 1.1e-4 / 1.4e-3, 4.4e-4 / 5.3e-3. World 1 (inputs offset by 0.05) is
+  left out: its contact comes and goes within the horizon, where neither method has a derivative."""
+  m = so101.mjm
+  q = np.array(SO101_TOUCHING[pose])
+  d = mujoco.MjData(m)
+  d.qpos[:] = q
+  mujoco.mj_forward(m, d)
+  assert d.ncon == {"one": 1, "two": 2}[pose]
+  u = np.tile(q, (NSTEP, 1))  # hold the pose (position servos)
+  res = check_gradients(so101, u, qpos0=q, gradient="analytic", worlds=[0])
+  print(res)
+  assert res.rel_err["ctrl"] < 3e-3 and res.rel_err["qvel0"] < 4e-3, res
+  assert res.rel_err["qpos0"] < 3e-2, res
+
+
+def test_pick_scene_cube(request):
+  """The shipped pick scene: the cube (a box) resting on the floor beside the SO-101, its geom sensors
+  (`block_pos`, `block_quat`) in the checked functional. The scene's noslip solver is switched off:
+  the adjoint does not cover it. Measured 2e-5; the lanes 1.5e-2."""
+  spec = mujoco.MjSpec.from_file(diffsim.asset_path("so101", "pick_scene.xml"))
+  spec.option.noslip_iterations = 0
+  m = spec.compile()
+  scene = diffsim.Scene.from_xml(m, nworld=2, device=DEVICE)
+  d = mujoco.MjData(m)
+  for _ in range(200):
+    mujoco.mj_step(m, d)
+  assert d.ncon >= 4  # the cube's corners on the floor
+  q = d.qpos.copy()
+  u = np.tile(q[:m.nu], (NSTEP, 1)) + 0.05 * np.random.default_rng(4).standard_normal((NSTEP, m.nu))
+  res = check_gradients(scene, u, qpos0=q, qvel0=d.qvel.copy(), gradient="analytic")
+  print(res)
+  assert res.max_rel_err < 2e-4, res
+
+
+def test_refused_contact_features():
+  """What the contact rows do not model sends `auto` to the lanes with the reason, and makes
+  `gradient="analytic"` an error naming it."""
+  base = """<mujoco><option {opt}/><worldbody><geom type="plane" size="1 1 .1" {geom}/>
+    <body pos="0 0 .1"><freejoint/><geom type="sphere" size=".1"/></body></worldbody></mujoco>"""
+  for opt, why in (('cone="elliptic"', "elliptic friction cones"), ('noslip_iterations="3"', "noslip")):
+    m = mujoco.MjModel.from_xml_string(base.format(opt=opt, geom=""))
+    assert why in analytic_coverage(m), analytic_coverage(m)
+  m = mujoco.MjModel.from_xml_string(base.format(opt="", geom=""))
+  assert analytic_coverage(m) is None
+  # inertial parameters in a model with contacts: the rows' impedance reads body_invweight0
+  assert "body_mass" in analytic_coverage(m, ["body_mass"])
+  scene = diffsim.Scene.from_xml(base.format(opt='cone="elliptic"', geom=""), nworld=1, device=DEVICE)
+  with pytest.raises(ValueError, match="elliptic friction cones"):
+    diffsim.Rollout(scene, 3, gradient="analytic")
+  assert diffsim.Rollout(scene, 3).gradient == "finite_difference"
