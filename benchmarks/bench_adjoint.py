@@ -46,7 +46,8 @@ import warp as wp
 
 import diffsim
 
-from .bench_rollout import _alternate, _graph, _wall, controls, gradient_fn, lane_count, write_json
+from .bench_rollout import _alternate, _graph, _wall, controls, gradient_fn, lane_count
+from .save import write_json
 
 
 def _no_contacts(path: str) -> mujoco.MjModel:

@@ -57,7 +57,7 @@ import warp as wp
 
 from diffsim.gradcheck import linear_functional
 
-from .bench_rollout import write_json
+from .save import write_json
 
 NWORLD = 2
 QUICK_MODELS = ("tendon/fixed.xml", "actuation/position.xml")

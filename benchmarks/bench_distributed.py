@@ -50,7 +50,7 @@ import time
 
 import numpy as np
 
-from .bench_rollout import write_json
+from .save import write_json
 
 _TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
 SIZES = {"gradient": (1024, 100), "trajopt": (64, 0.3), "sysid": (64, 300)}  # worlds and steps (trajopt: horizon, s)

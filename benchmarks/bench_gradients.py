@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from .bench_rollout import write_json
+from .save import write_json
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

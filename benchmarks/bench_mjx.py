@@ -56,7 +56,8 @@ import warp as wp
 
 import diffsim
 
-from .bench_rollout import _graph, _wall, controls, gradient_fn, write_json
+from .bench_rollout import _graph, _wall, controls, gradient_fn
+from .save import write_json
 from .timing import alternate, cpus, pinned, spread
 
 def mjx_case(mjm: mujoco.MjModel, u: np.ndarray) -> dict:

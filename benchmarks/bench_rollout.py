@@ -33,7 +33,6 @@ Prints a Markdown table and writes `benchmarks/results/rollout_<device>.json` af
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,6 +43,7 @@ import warp as wp
 
 import diffsim
 
+from .save import write_json
 from .timing import alternate, spread
 
 
@@ -323,15 +323,6 @@ def table(rows: list[dict]) -> str:
                f"{rows[0].get('tolerance', 0.0):g}, so that all perturbation lanes take the same path). fwd spread: "
                "(max - min) / median of the captured forward's repeats.")
   return "\n".join(lines)
-
-
-def write_json(path: str, payload) -> None:
-  """Writes to a temporary file, then renames: an interrupted run leaves the old results intact."""
-  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(payload, f, indent=1)
-  os.replace(tmp, path)
 
 
 def main(argv=None) -> list[dict]:

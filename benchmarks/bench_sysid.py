@@ -82,7 +82,7 @@ import mujoco.rollout
 import numpy as np
 import warp as wp
 
-from .bench_rollout import write_json
+from .save import write_json
 from .timing import cpus, pinned
 
 # the 5-link arm of mujoco.sysid's integration test (mujoco/sysid/tests/test_integration.py)

@@ -32,7 +32,8 @@ import warp as wp
 import diffsim
 from diffsim.scene import SolverSettings
 
-from .bench_rollout import _alternate, _graph, controls, write_json
+from .bench_rollout import _alternate, _graph, controls
+from .save import write_json
 
 TOLERANCES = (0.0, 1e-12)
 

@@ -47,7 +47,7 @@ import warp as wp
 
 import diffsim
 
-from .bench_rollout import write_json
+from .save import write_json
 
 _TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
 SOLVERS = ("ilqr", "adam", "lbfgs")

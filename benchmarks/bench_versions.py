@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from .bench_rollout import write_json
+from .save import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

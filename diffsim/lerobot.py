@@ -32,20 +32,12 @@ step, and a warning says by how much and which timestep would be exact (1/510 s:
 frame). Times come from frame indices, never from a clock in the wrong unit, so the data's sparse-
 sample guard is raised to the frame period when a model step is very short.
 
-Units (LeRobot's `motors_bus.py`, `_normalize`; STS3215 servos: 4096 ticks per turn):
-  - `"degrees"` (`use_degrees=True`, LeRobot's default from 0.4.4):
-    `deg = (ticks - (range_min + range_max) / 2) * 360 / 4095`; zero is the middle of the
-    calibrated range, the zero of `so101_new_calib.xml`.
-  - `"normalized"` (`RANGE_M100_100`, earlier versions):
-    `v = (clamp(ticks, range_min, range_max) - range_min) / (range_max - range_min) * 200 - 100`
-    (negated when `drive_mode` is 1); radians need the arm's calibration file,
-    `calibration/robots/<robot_type>/<id>.json` in LeRobot's cache (`~/.cache/huggingface/lerobot`):
-    `rad = v / 200 * (range_max - range_min) * 2 pi / 4095`.
-  - The gripper is `RANGE_0_100` in both (0 closed, 100 open), mapped linearly onto the gripper
-    joint's range (0 to its lower limit).
-  The values do not say which: `units=None` takes degrees when a body joint goes beyond +-100 in
-  the data or in the dataset's stats (normalized values cannot), normalized when a calibration is
-  given, and otherwise refuses to guess. What was assumed is said in a warning.
+Units: `"degrees"` (`use_degrees=True`, LeRobot's default from 0.4.4) or `"normalized"`
+(`RANGE_M100_100`, earlier versions; radians need the arm's calibration file); the gripper is
+`RANGE_0_100` in both. The conversions, after LeRobot's `motors_bus.py`, are in `diffsim.motors`.
+The values do not say which: `units=None` takes degrees when a body joint goes beyond +-100 in
+the data or in the dataset's stats (normalized values cannot), normalized when a calibration is
+given, and otherwise refuses to guess. What was assumed is said in a warning.
 
 Robot types: `so100_follower`, `so101_follower` (LeRobot up to 0.4.2), `so_follower` (0.4.3 on);
 datasets from before mid-2025 (`so100`, `so101`) name motors `main_shoulder_pan`, ..., read the
@@ -67,15 +59,14 @@ from typing import Mapping
 import mujoco
 import numpy as np
 
-from .data import MAX_STEPS_PER_SAMPLE, DataError, Recording, atomic_write, as_mjmodel, PERIOD_RTOL, TIME_RTOL, \
-  group_messages, validate
+from .data.files import as_mjmodel, atomic_write
+from .data.recording import PERIOD_RTOL, TIME_RTOL, DataError, Recording
+from .data.validation import MAX_STEPS_PER_SAMPLE, group_messages, validate
+from .motors import RANGE_0_100, SO_MOTORS, TICKS_PER_TURN, check_calibration, from_joint, motor_name, \
+  read_calibration, to_joint
 
 __all__ = ["load_lerobot", "save_lerobot", "is_lerobot_dataset", "SO_MOTORS", "TICKS_PER_TURN"]
 
-# The SO-100 / SO-101 motors, in LeRobot's order; also the joint and actuator names of so101_new_calib.xml
-SO_MOTORS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper")
-_RANGE_0_100 = ("gripper",)  # motors LeRobot normalizes to 0..100 whatever use_degrees says
-TICKS_PER_TURN = 4095  # LeRobot's max_res of the STS3215 (4096 positions): degrees = ticks * 360 / 4095
 _V2, _V3 = ("v2.0", "v2.1"), ("v3.0",)
 _V2_DATA = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
 _V3_DATA = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -95,16 +86,6 @@ def _pq():
   except ImportError:  # pragma: no cover - a dependency of diffsim
     raise ImportError("reading LeRobot datasets needs pyarrow: pip install pyarrow") from None
   return pq
-
-
-def _motor(name: str) -> str:
-  """LeRobot's column name to the motor name: `shoulder_pan.pos` and `main_shoulder_pan` -> `shoulder_pan`."""
-  name = str(name)
-  if name.endswith(".pos"):
-    name = name[:-4]
-  if name.startswith("main_"):
-    name = name[5:]
-  return name
 
 
 # -- reading the layout ------------------------------------------------------------------------------
@@ -151,7 +132,7 @@ class _Dataset:
       if not isinstance(names, (list, tuple)) or not names:
         raise DataError(f"{self.name}: feature {key!r} has no list of names in meta/info.json, so its columns cannot "
                         f"be matched to joints")
-      self.names[key] = [_motor(n) for n in names]
+      self.names[key] = [motor_name(n) for n in names]
       self.legacy |= any(str(n).startswith("main_") for n in names)
     self.episodes = self._episodes()
 
@@ -299,35 +280,6 @@ def _matrix(column, width: int, where: str) -> np.ndarray:
 # -- units and the joint map -------------------------------------------------------------------------
 
 
-def _read_calibration(calibration) -> dict[str, dict]:
-  if isinstance(calibration, (str, os.PathLike)):
-    path = os.fspath(calibration)
-    if not os.path.isfile(path):
-      raise FileNotFoundError(f"calibration file not found: {path!r} (LeRobot keeps it as "
-                              "~/.cache/huggingface/lerobot/calibration/robots/<robot_type>/<id>.json)")
-    try:
-      with open(path) as f:
-        calibration = json.load(f)
-    except ValueError as e:
-      raise DataError(f"{path}: not a JSON calibration file ({e})") from None
-    src = os.path.basename(path)
-  else:
-    src = "calibration"
-  if not isinstance(calibration, Mapping) or not calibration:
-    raise DataError(f"{src}: expected LeRobot's calibration, {{motor: {{id, drive_mode, homing_offset, range_min, "
-                    f"range_max}}}}")
-  out = {}
-  for motor, c in calibration.items():
-    if not isinstance(c, Mapping) or not {"range_min", "range_max"} <= set(c):
-      raise DataError(f"{src}: motor {motor!r} needs range_min and range_max (LeRobot's MotorCalibration)")
-    lo, hi = float(c["range_min"]), float(c["range_max"])
-    if not hi > lo:
-      raise DataError(f"{src}: motor {motor!r} has range_min {lo:g} >= range_max {hi:g}; recalibrate the arm")
-    out[_motor(motor)] = {"range_min": lo, "range_max": hi, "drive_mode": int(c.get("drive_mode", 0) or 0)}
-  out["__source__"] = src  # type: ignore[assignment]
-  return out
-
-
 def _parse_map_entry(motor: str, entry):
   """`joint`, `(joint, scale)` or `(joint, scale, offset_rad)` -> (joint, scale, offset); `None` drops the motor."""
   if entry is None:
@@ -346,7 +298,7 @@ def _parse_map_entry(motor: str, entry):
 
 def _mapping(mjm, motors: list[str], joint_map, name: str) -> list[dict]:
   """Each model joint's source: motor column, scale, offset, and the actuators it drives."""
-  given = {} if joint_map is None else {_motor(k): v for k, v in dict(joint_map).items()}
+  given = {} if joint_map is None else {motor_name(k): v for k, v in dict(joint_map).items()}
   unknown = sorted(set(given) - set(motors))
   if unknown:
     raise ValueError(f"joint_map names motors {unknown} that {name} does not record; its motors are {motors}")
@@ -378,7 +330,7 @@ def _mapping(mjm, motors: list[str], joint_map, name: str) -> list[dict]:
                         f"'action' is a goal position; model the servo as <position kp=...> on the joint")
     rows.append({"motor": m, "col": motors.index(m), "joint": j, "qpos": int(mjm.jnt_qposadr[j]), "scale": scale,
                  "offset": offset, "actuators": acts, "range": mjm.jnt_range[j].copy() if mjm.jnt_limited[j] else None,
-                 "gripper": m in _RANGE_0_100})
+                 "gripper": m in RANGE_0_100})
   missing = [jnames[j] or f"#{j}" for j in range(mjm.njnt) if (jnames[j] or f"#{j}") not in used]
   if missing:
     raise DataError(f"the model's joint(s) {missing} get no column of {name}, whose motors are {motors}: map them "
@@ -435,46 +387,6 @@ def _decide_units(ds: _Dataset, rows: list[dict], frames: list[dict], units, cal
                   f"which: units='degrees' (--units degrees) if the arm was recorded with use_degrees=True, else "
                   f"units='normalized' with the arm's calibration (--units normalized --calibration FILE; LeRobot "
                   f"keeps it as ~/.cache/huggingface/lerobot/calibration/robots/<robot_type>/<id>.json)")
-
-
-def _to_radians(values: np.ndarray, r: dict, units: str, calibration) -> np.ndarray:
-  """One motor's column in LeRobot units to the joint's position (rad, or m for a slide)."""
-  if r["gripper"]:
-    lo, hi = r["range"]
-    f = values / 100.0
-    return (lo + f * (hi - lo)) if r["scale"] > 0 else (hi - f * (hi - lo))
-  if units == "degrees":
-    q = np.deg2rad(values)
-  else:
-    c = calibration[r["motor"]]
-    sign = -1.0 if c["drive_mode"] else 1.0
-    q = sign * values / 200.0 * (c["range_max"] - c["range_min"]) * 2.0 * np.pi / TICKS_PER_TURN
-  return r["scale"] * q + r["offset"]
-
-
-def _from_radians(q: np.ndarray, r: dict, units: str, calibration) -> np.ndarray:
-  """The inverse of `_to_radians` (for `save_lerobot`), with LeRobot's clamp of normalized values."""
-  if r["gripper"]:
-    lo, hi = r["range"]
-    f = (q - lo) / (hi - lo) if r["scale"] > 0 else (hi - q) / (hi - lo)
-    return np.clip(100.0 * f, 0.0, 100.0)
-  q = (q - r["offset"]) / r["scale"]
-  if units == "degrees":
-    return np.rad2deg(q)
-  c = calibration[r["motor"]]
-  sign = -1.0 if c["drive_mode"] else 1.0
-  v = sign * q * TICKS_PER_TURN / (2.0 * np.pi) * 200.0 / (c["range_max"] - c["range_min"])
-  return np.clip(v, -100.0, 100.0)
-
-
-def _check_calibration(ds_name: str, calibration: dict, rows: list[dict]) -> None:
-  need = [r["motor"] for r in rows if not r["gripper"]]
-  have = sorted(k for k in calibration if k != "__source__")
-  missing = [m for m in need if m not in calibration]
-  if missing:
-    raise DataError(f"{calibration['__source__']}: a calibration for motors {have}, but {ds_name} records "
-                    f"{missing} too; is it another robot's calibration? Give the file of the arm that recorded the "
-                    f"dataset (calibration/robots/<robot_type>/<id>.json)")
 
 
 # -- timing ------------------------------------------------------------------------------------------
@@ -582,9 +494,9 @@ def load_lerobot(path, model=None, *, episodes=None, units: str | None = None, c
       raise DataError(f"{ds.name}: 'action' has no column for motor(s) {missing} of 'observation.state' "
                       f"({ds.names['action']}); the goal positions of every recorded joint are needed")
   rows = _mapping(mjm, ds.names["observation.state"], joint_map, ds.name)
-  cal = _read_calibration(calibration) if calibration is not None else None
+  cal = read_calibration(calibration) if calibration is not None else None
   if cal is not None:
-    _check_calibration(ds.name, cal, rows)
+    check_calibration(ds.name, cal, rows)
   cache: dict = {}
   frames = [ds.read(ep, cache) for ep in selected]
   for ep, fr in zip(selected, frames):
@@ -620,8 +532,8 @@ def load_lerobot(path, model=None, *, episodes=None, units: str | None = None, c
       ctrl = np.zeros((len(t), mjm.nu))
       acol = {m: i for i, m in enumerate(ds.names["action"])}
       for r in rows:
-        qpos[:, r["qpos"]] = _to_radians(fr["observation.state"][:, r["col"]], r, unit, cal)
-        goal = _to_radians(fr["action"][:, acol[r["motor"]]], r, unit, cal)
+        qpos[:, r["qpos"]] = to_joint(fr["observation.state"][:, r["col"]], r, unit, cal)
+        goal = to_joint(fr["action"][:, acol[r["motor"]]], r, unit, cal)
         for a in r["actuators"]:
           ctrl[:, a] = mjm.actuator_gear[a, 0] * goal
       rec = Recording(time=t, ctrl=ctrl if mjm.nu else None, qpos=qpos, source=f"{ds.name} episode {ep}")
@@ -673,20 +585,20 @@ def save_lerobot(path, recordings, model=None, *, version: str = "v3.0", units: 
     fps = float(round(1.0 / float(np.median(periods))))
   if np.abs(periods * fps - 1.0).max() > PERIOD_RTOL:
     raise ValueError(f"recordings must be sampled at 1 / fps = {1.0 / fps:.9g} s; resample them first")
-  motors = list(SO_MOTORS) if joint_map is None else [_motor(m) for m in joint_map]
+  motors = list(SO_MOTORS) if joint_map is None else [motor_name(m) for m in joint_map]
   rows = _mapping(mjm, motors, joint_map, "the dataset")
-  cal = _read_calibration(calibration) if calibration is not None else None
+  cal = read_calibration(calibration) if calibration is not None else None
   if units == "normalized":
     if cal is None:
       raise ValueError("units='normalized' needs the calibration")
-    _check_calibration("the dataset", cal, rows)
+    check_calibration("the dataset", cal, rows)
   names = [f"{r['motor']}.pos" for r in rows]
   nm = len(rows)
   fps_int = int(fps) if float(fps).is_integer() else fps
 
   def columns(r: Recording):
-    state = np.stack([_from_radians(r.qpos[:, x["qpos"]], x, units, cal) for x in rows], axis=1)
-    action = np.stack([_from_radians(r.ctrl[:, x["actuators"][0]] / mjm.actuator_gear[x["actuators"][0], 0], x,
+    state = np.stack([from_joint(r.qpos[:, x["qpos"]], x, units, cal) for x in rows], axis=1)
+    action = np.stack([from_joint(r.ctrl[:, x["actuators"][0]] / mjm.actuator_gear[x["actuators"][0], 0], x,
                                      units, cal) if x["actuators"] else state[:, i]
                        for i, x in enumerate(rows)], axis=1)
     return state.astype(np.float32), action.astype(np.float32)

@@ -17,7 +17,9 @@ held cluster, whose workers keep their scenes, buffers and solver graphs:
     out.cost, out.grad["ctrl"]  # (nworld,), (nworld, nstep, nu)
 
 Where things are: `cluster.py` (the actors, sharding, traffic, faults), `rollout.py`, `trajopt.py`,
-`sysid.py`.
+`sysid.py`. Each job module registers its `Cluster` method (`cluster.register_job`), and `sysid.py`
+registers how `identify(workers=...)` shards its problem (`diffsim.sharding`): both when imported, so
+that neither the cluster nor sysid imports the modules that build on them.
 Needs Ray: `pip install "diffsim[ray]"`; `import diffsim` does not import it.
 """
 

@@ -37,12 +37,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-__all__ = ["Cluster", "Worker", "WorkerError", "Traffic", "Shipped", "shards", "check_workers"]
+__all__ = ["Cluster", "Worker", "WorkerError", "Traffic", "Shipped", "shards", "check_workers", "register_job"]
 
 _INSTALL = 'pip install "diffsim[ray]"'
 _OBJECTS = 32  # shipped objects an actor keeps (least recently used dropped first)
 _BUILT = 4  # built states (scene, buffers, problem) an actor keeps
 _GRACE_S = 2.0  # how long a failed call waits for its other shards before stopping them
+# The jobs a held cluster runs as methods (`Cluster.rollout`, ...): their modules build on this one and register
+# them when imported, which importing this module (its package) does first.
+_JOBS: dict[str, Callable] = {}
 
 
 class WorkerError(RuntimeError):
@@ -72,6 +75,12 @@ def check_workers(workers, nworld: int | None = None) -> int | None:
     raise ValueError(f"{workers} workers for {nworld} worlds: every worker needs at least one world; pass "
                      f"workers <= {nworld}")
   return workers
+
+
+def register_job(name: str, run: Callable) -> None:
+  """Makes `run(cluster, *args, **kwargs)` the body of the method `Cluster.<name>` (`rollout`,
+  `optimize_trajectory`, `identify`)."""
+  _JOBS[name] = run
 
 
 def local_cores() -> int:
@@ -484,30 +493,23 @@ class Cluster:
     self.last_traffic = traffic
     return results
 
-  # the jobs (defined in their modules; here as methods of a held cluster)
+  # the jobs (defined in their modules, which register them: `register_job`; here as methods of a held cluster)
 
   def rollout(self, model, ctrl, **kwargs):
     """`diffsim.distributed.rollout` on this cluster's workers: the same arguments, less `address`,
     `device` and `timeout`; `workers` runs it on the first `workers` of them (default: all)."""
-    from .rollout import run_rollout
-
-    return run_rollout(self, model, ctrl, **kwargs)
+    return _JOBS["rollout"](self, model, ctrl, **kwargs)
 
   def optimize_trajectory(self, make_problem, nworld: int, method: str = "ilqr", **kwargs):
     """`diffsim.distributed.optimize_trajectory` on this cluster's workers: the same arguments, less
     `address`, `device` and `timeout`; `workers` runs it on the first `workers` of them (default: all)."""
-    from .trajopt import run_optimize_trajectory
-
-    return run_optimize_trajectory(self, make_problem, nworld, method, **kwargs)
+    return _JOBS["optimize_trajectory"](self, make_problem, nworld, method, **kwargs)
 
   def identify(self, model, data, params, *, workers: int | None = None, **kwargs):
     """`diffsim.sysid.identify` with its recordings split between this cluster's workers (the same
     arguments, less `address`; `workers`: use the first `workers` of them, default all, at most one
     per recording); the workers keep their problems (scene, buffers, graphs) for the next call."""
-    from ..sysid.identify import identify
-    from .sysid import OnCluster
-
-    return identify(model, data, params, workers=OnCluster(self, workers), **kwargs)
+    return _JOBS["identify"](self, model, data, params, workers=workers, **kwargs)
 
   def clear(self) -> None:
     """Drops what the workers built and hold (scenes, problems, shipped objects)."""

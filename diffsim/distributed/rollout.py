@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from .cluster import Cluster, Traffic, Worker, check_workers, local_cores, shards
+from .cluster import Cluster, Traffic, Worker, check_workers, local_cores, register_job, shards
 
 __all__ = ["rollout", "RolloutResult", "run_rollout"]
 
@@ -206,6 +206,9 @@ def run_rollout(cluster: Cluster, model, ctrl, *, qpos0=None, qvel0=None, act0=N
                        cost=np.concatenate([o["cost"] for o in outs]) if cost is not None else None,
                        grad=cat("grad") if grad else None, time=time.perf_counter() - t0,
                        traffic=cluster.last_traffic)
+
+
+register_job("rollout", run_rollout)  # `Cluster.rollout`
 
 
 # -- the worker side --------------------------------------------------------------------------------

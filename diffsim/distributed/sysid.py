@@ -34,9 +34,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .cluster import Cluster, Traffic, Worker, shards
+from ..sharding import register_sharding
+from .cluster import Cluster, Traffic, Worker, check_workers, local_cores, register_job, shards
 
-__all__ = ["ShardedProblem", "OnCluster", "check_shards"]
+__all__ = ["ShardedProblem", "OnCluster", "check_shards", "IdentifySharding"]
 
 @dataclass(frozen=True)
 class OnCluster:
@@ -212,6 +213,53 @@ class ShardedProblem:
     """Mean bytes that crossed per linearization (one LM iteration), all workers together."""
     calls = self.traffic["linearize"]
     return float(np.mean([t.total for t in calls])) if calls else 0.0
+
+
+# -- the driver side of `identify(workers=...)` --------------------------------------------------------
+
+
+class IdentifySharding:
+  """How `diffsim.sysid.identify` shards its problem over Ray workers (`diffsim.sharding`'s `"identify"`)."""
+
+  @staticmethod
+  def workers(workers, address) -> tuple[Cluster | None, int | None]:
+    """`identify`'s `workers` (a count, a held `Cluster` or an `OnCluster`) as (the cluster the caller holds, or
+    None; the worker count, or None for all), checked before anything is loaded."""
+    held = None
+    if isinstance(workers, Cluster):
+      workers = OnCluster(workers)
+    if isinstance(workers, OnCluster):
+      if address is not None:
+        raise ValueError("pass either a held Cluster as workers or an address to join, not both")
+      held, workers = workers.cluster, workers.workers
+    check_workers(workers)
+    return held, workers
+
+  @staticmethod
+  def start(workers: int | None, address: str | None, device, nrec: int, nstart: int) -> Cluster:
+    """The Ray cluster of a sharded identification, after the checks that need no Ray (`identify` closes it)."""
+    if workers is not None:
+      check_shards(workers, nrec, nstart)
+    elif address is None:
+      workers = min(local_cores(), nrec * nstart)
+    kind = None if device is None else ("cpu" if str(device).startswith("cpu") else "cuda")
+    return Cluster(workers, address, device=kind)
+
+  @staticmethod
+  def problem(cluster: Cluster, mjm, recs, params, *, workers: int | None, **kwargs) -> ShardedProblem:
+    """`Problem`'s stand-in over `cluster`'s workers (the arguments as `ShardedProblem`'s)."""
+    return ShardedProblem(cluster, mjm, recs, params, workers=workers, **kwargs)
+
+
+def identify_on(cluster: Cluster, model, data, params, *, workers: int | None = None, **kwargs):
+  """`Cluster.identify`: `diffsim.sysid.identify` on the first `workers` of `cluster`'s workers."""
+  from ..sysid.identify import identify
+
+  return identify(model, data, params, workers=OnCluster(cluster, workers), **kwargs)
+
+
+register_sharding("identify", IdentifySharding)
+register_job("identify", identify_on)
 
 
 # -- the worker side --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .cluster import Cluster, Worker, check_workers, local_cores, shards
+from .cluster import Cluster, Worker, check_workers, local_cores, register_job, shards
 
 __all__ = ["optimize_trajectory", "run_optimize_trajectory"]
 
@@ -133,6 +133,9 @@ def run_optimize_trajectory(cluster: Cluster, make_problem, nworld: int, method:
   return TrajectoryResult(x=x, fun=np.concatenate([o["fun"] for o in outs]), nit=nit, history=history,
                           success=success, message=message, trajectory=trajectory, method=method,
                           time=time.perf_counter() - t0, ctrl=ctrl)
+
+
+register_job("optimize_trajectory", run_optimize_trajectory)  # `Cluster.optimize_trajectory`
 
 
 # -- the worker side --------------------------------------------------------------------------------

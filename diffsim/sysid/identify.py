@@ -13,6 +13,7 @@ import numpy as np
 from .. import optim
 from ..params import Param
 from ..scene import SolverSettings, copy_mjmodel, load_mjmodel
+from ..sharding import sharding
 from .adam import OPTIONS as ADAM_OPTIONS
 from .adam import adam
 from .confidence import IdentifiabilityWarning, confidence
@@ -134,16 +135,8 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
   sharded = workers is not None or address is not None
   held = None  # a cluster the caller holds (and closes)
   if sharded:
-    from ..distributed.cluster import Cluster, check_workers
-    from ..distributed.sysid import OnCluster
-
-    if isinstance(workers, Cluster):
-      workers = OnCluster(workers)
-    if isinstance(workers, OnCluster):
-      if address is not None:
-        raise ValueError("pass either a held Cluster as workers or an address to join, not both")
-      held, workers = workers.cluster, workers.workers
-    check_workers(workers)
+    sharder = sharding("identify")  # diffsim.distributed's (Ray), imported on first use
+    held, workers = sharder.workers(workers, address)
   source = model
   if isinstance(model, (str, os.PathLike)) and not str(model).lstrip().startswith("<"):
     source = os.path.abspath(os.fspath(model))
@@ -153,7 +146,7 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
   theta0 = initial_guesses(vector, starts, spread, seed, x0)
   if out is not None:
     _check_writable(out, source, vector)
-  cluster = held or (_cluster(workers, address, device, len(recs), theta0.shape[0]) if sharded else None)
+  cluster = held or (sharder.start(workers, address, device, len(recs), theta0.shape[0]) if sharded else None)
   try:
     t0 = time.perf_counter()
     # the rollout's copies carry no bounds (sysid enforces them, per identified coordinate)
@@ -163,9 +156,7 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     if cluster is None:
       prob = Problem(mjm, recs, rollout_params, device=device, **kw)
     else:
-      from ..distributed.sysid import ShardedProblem
-
-      prob = ShardedProblem(cluster, mjm, recs, rollout_params, workers=workers, **kw)
+      prob = sharder.problem(cluster, mjm, recs, rollout_params, workers=workers, **kw)
     res = _solve(prob, vector, theta0, opts, method=method, maxiter=maxiter, ftol=ftol, xtol=xtol, jacobian=jacobian,
                  central=central, progress=progress, callback=callback, t0=t0, source=source)
   finally:
@@ -181,19 +172,6 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
       warnings.warn(f"identify: the solve finished and its result is returned, but writing it to {os.fspath(out)!r} "
                     f"failed: {e}", stacklevel=2)
   return res
-
-
-def _cluster(workers, address, device, nrec: int, nstart: int):
-  """The Ray cluster of a sharded identification, after the checks that need no Ray."""
-  from ..distributed.cluster import Cluster, local_cores
-  from ..distributed.sysid import check_shards
-
-  if workers is not None:
-    check_shards(workers, nrec, nstart)
-  elif address is None:
-    workers = min(local_cores(), nrec * nstart)
-  kind = None if device is None else ("cpu" if str(device).startswith("cpu") else "cuda")
-  return Cluster(workers, address, device=kind)
 
 
 def _solve(prob, vector: ParamVector, theta0, opts, *, method, maxiter, ftol, xtol, jacobian, central, progress,
