@@ -1,7 +1,8 @@
 """Gradient cost of the analytic adjoint beside the finite-difference lanes and MJX, in one run.
 
 Models (issue 12): cart-pole, the SO-101 with contacts disabled (joint limits and dof friction stay),
-and MJWarp's test humanoid with contacts disabled (free root, 21 limited hinges). `nstep` steps from
+MJWarp's test humanoid with contacts disabled (free root, 21 limited hinges), and the same humanoid with
+its contacts, standing on its floor at the start (issue 26: contact rows in the adjoint). `nstep` steps from
 `qpos0` at rest with fixed controls in the middle of their ranges; loss = sum of squares of the final
 `qpos`; gradient d(loss)/d(ctrl). For each model and world count, timed alternately (so that load
 from other processes hits every column alike), each a captured graph replayed:
@@ -56,16 +57,29 @@ def _no_contacts(path: str) -> mujoco.MjModel:
   return spec.compile()
 
 
-def _humanoid() -> mujoco.MjModel:
+def _humanoid_path() -> str:
   import mujoco_warp
 
-  return _no_contacts(os.path.join(os.path.dirname(mujoco_warp.__file__), "test_data", "humanoid", "humanoid.xml"))
+  return os.path.join(os.path.dirname(mujoco_warp.__file__), "test_data", "humanoid", "humanoid.xml")
+
+
+def _humanoid() -> mujoco.MjModel:
+  return _no_contacts(_humanoid_path())
+
+
+def _humanoid_standing() -> mujoco.MjModel:
+  """The humanoid with its contacts, standing on the floor (keyframe 0 as `qpos0`): 8 contacts at
+  the start, more as it falls."""
+  mjm = mujoco.MjModel.from_xml_path(_humanoid_path())
+  mjm.qpos0[:] = mjm.key_qpos[0]
+  return mjm
 
 
 MODELS = {
   "cartpole": lambda: mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml")),
   "so101_no_contacts": lambda: _no_contacts(diffsim.asset_path("so101", "so101_new_calib.xml")),
   "humanoid_no_contacts": _humanoid,
+  "humanoid_contacts": _humanoid_standing,
 }
 
 

@@ -349,3 +349,45 @@ def test_ilqr_solves_a_linear_quadratic_problem_in_one_step(cartpole):
 
   # the one step lands on the optimum: the gradient vanishes there (measured: 1.1e-5 of the initial one)
   assert np.abs(gradient(one.x)).max() < 1e-4 * np.abs(gradient(np.zeros_like(one.x))).max()
+
+
+# A pusher on a slide joint beside a box at rest on a plane (issue 30): the box's final position is
+# the cost, the pusher ends its settling just clear of the box, so the cost's gradient in the
+# pusher's force is zero at the start and first-order solvers cannot leave it.
+PUSH_FROM_REST = """
+<mujoco model="push_from_rest">
+  <option timestep="0.01"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1" friction="0.8"/>
+    <body name="pusher" pos="0 0 0.03">
+      <joint name="px" type="slide" axis="1 0 0" damping="2"/>
+      <geom type="capsule" fromto="0 -0.04 0 0 0.04 0" size="0.02" mass="0.3" contype="2" conaffinity="1"/>
+    </body>
+    <body name="box" pos="0.0675 0 0.03">
+      <freejoint/>
+      <geom name="box" type="box" size="0.05 0.05 0.03" mass="0.5" friction="0.8"/>
+    </body>
+  </worldbody>
+  <actuator><motor name="push" joint="px" ctrlrange="-5 5"/></actuator>
+  <sensor><framepos name="box_pos" objtype="body" objname="box"/></sensor>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("method", ["lbfgs", "adam"])
+def test_no_progress_from_rest_is_not_success(method):
+  """scipy's L-BFGS-B stops at once on a flat start and calls it convergence; Adam does not move.
+  Neither may report success: the message says so, names the worlds and what to try."""
+  import mujoco
+
+  m = mujoco.MjModel.from_xml_string(PUSH_FROM_REST)
+  d = mujoco.MjData(m)
+  for _ in range(100):  # settle
+    mujoco.mj_step(m, d)
+  scene = diffsim.Scene.from_xml(PUSH_FROM_REST, nworld=4, device="cpu")
+  target = np.stack([d.qpos[1] + np.array([0.11, 0.12, 0.13, 0.14]), np.zeros(4), np.full(4, d.qpos[3])], 1)
+  problem = diffsim.TrajectoryProblem(scene, [SensorCost("box_pos", target, terminal=100.0), CtrlCost(1e-3)],
+                                      horizon=60, qpos0=d.qpos.copy())
+  res = diffsim.optimize_trajectory(problem, method, maxiter=10, progress=False)
+  np.testing.assert_allclose(res.fun, res.history[0], rtol=1e-4)  # it did not move
+  assert not res.success.any(), res
+  assert "no progress from the start in 4 of 4 worlds" in res.message and "method='ilqr'" in res.message

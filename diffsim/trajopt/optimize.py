@@ -20,7 +20,7 @@ METHODS = tuple(SOLVERS)
 def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, maxiter: int | None = None,
                         ftol: float = 1e-6, warm_start=None, shift: int = 1, progress: bool = True,
                         log_every: int | None = None, capture: bool = True, callback=None,
-                        options: dict | None = None) -> TrajectoryResult:
+                        options: dict | None = None, min_progress: float = 1e-4) -> TrajectoryResult:
   """Optimizes the controls of every world of `problem`.
 
   Args:
@@ -56,6 +56,10 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
         `horizon` times per rollout (the CPU's default, where capturing an MJWarp step is slow),
         False captures an iteration as one graph (a GPU's default). Both give the same iterates.
 
+    min_progress: a world whose best cost fell by less than this fraction of its initial cost is
+      not a success, whatever the stop test said (the result's message names it and what to try):
+      a flat start, such as an object held by static friction, otherwise reads as convergence.
+
   Returns:
     A `TrajectoryResult`.
 
@@ -72,6 +76,8 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
   maxiter = optim.check_maxiter(solver_class.default_maxiter if maxiter is None else maxiter)
   if not ftol >= 0:
     raise ValueError(f"ftol must be >= 0, got {ftol!r}")
+  if not min_progress >= 0:
+    raise ValueError(f"min_progress must be >= 0, got {min_progress!r}")
   if log_every is None:
     log_every = max(1, maxiter // 100) if method == "adam" else 1
   if isinstance(log_every, bool) or not isinstance(log_every, (int, np.integer)) or log_every < 1:
@@ -84,6 +90,7 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
   if solver is None or solver.capacity < maxiter + 1:
     solver = solver_class(problem, options, maxiter + 1, bool(capture))
     problem.solvers[key] = solver
+  solver.min_progress = float(min_progress)
   return solver.run(ctrl0, maxiter=maxiter, ftol=float(ftol), progress=bool(progress), log_every=int(log_every),
                     callback=callback)
 

@@ -21,7 +21,8 @@ class TrajectoryResult(OptimizeResult):
     nit: iterations run.
     success: `(nworld,)` bool, the world met the convergence test before `maxiter` (L-BFGS:
       scipy's `success` for the stacked problem, the same in every world, as they share its line
-      search).
+      search); False where the world's best cost fell by less than `min_progress` of its initial
+      cost (it did not leave its start).
     message: summary of the termination.
     history: `(nit + 1, nworld)` cost per iteration per world (row 0: the initial guess; Adam and
       L-BFGS: cost of the iterate; iLQR: cost after the iteration's line search).

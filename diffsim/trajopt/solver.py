@@ -111,6 +111,7 @@ class Solver:
     self.capacity = capacity
     self.capture = capture
     self._replay = None  # the iteration's stages, captured on the first step
+    self.min_progress = 1e-4  # relative cost decrease below which a world did not leave its start
     scene, nworld, nstep = problem.scene, problem.nworld, problem.horizon
 
     def zeros(*shape, dtype=float, grad=False):
@@ -227,6 +228,26 @@ class Solver:
       message = (f"converged in all {done.size} worlds (relative cost decrease below ftol)" if done.all() else
                  f"maximum number of iterations ({maxiter}) reached; converged in {int(done.sum())} of "
                  f"{done.size} worlds")
-    return TrajectoryResult(x=x.numpy(), fun=self.best.numpy().astype(np.float64), nit=nit, history=history,
-                            success=done.copy(), message=message, trajectory=trajectory, method=self.method,
-                            time=time.perf_counter() - t0, ctrl=x)
+    fun = self.best.numpy().astype(np.float64)
+    success = done.copy()
+    if len(history):
+      # a stop test on the relative decrease reads a flat start as convergence (a pusher's force on an
+      # object held by static friction barely changes the cost): no real progress is no success
+      start = np.asarray(history[0], np.float64)
+      stalled = (start - fun) <= self.min_progress * np.maximum(np.abs(start), 1e-12)
+      if stalled.any():
+        success &= ~stalled
+        message += (f"; no progress from the start in {int(stalled.sum())} of {stalled.size} worlds (worlds "
+                    f"{_first(np.flatnonzero(stalled))}: cost fell by less than {self.min_progress:g} of its "
+                    "initial value), not counted as converged. Unless the start was already optimal, the "
+                    "gradient there is nearly flat (an object at rest under static friction, a contact not yet "
+                    "made): try method='ilqr', a warm start, or a shaping cost term that draws the pusher to "
+                    "the object")
+    return TrajectoryResult(x=x.numpy(), fun=fun, nit=nit, history=history, success=success, message=message,
+                            trajectory=trajectory, method=self.method, time=time.perf_counter() - t0, ctrl=x)
+
+
+def _first(worlds: np.ndarray, n: int = 5) -> str:
+  """The first `n` world indices, as text."""
+  text = ", ".join(str(int(w)) for w in worlds[:n])
+  return text + (", ..." if len(worlds) > n else "")
