@@ -19,7 +19,9 @@ functions, get MJWarp's test ones (`collision_sdf/utils.py`). Per model:
     float64 MuJoCo C rollouts with step 1e-6: relative error, worst world; `grad_norm`: the
     reference's norm; `ref_err`: the reference's own consistency, its relative change with step
     1e-5 (large where a contact switches within 1e-5 of the inputs: then C's difference is no
-    derivative either);
+    derivative either); `gradient`: what `"auto"` took (the analytic adjoint where
+    `analytic_coverage` finds nothing uncovered, issue 26; else the lanes) and `gradient_reason`;
+    where it took the adjoint, `grad_err_lanes`: the lanes' error on the same functional, beside it;
   - `switches`: Jacobian columns with no clean difference (`Rollout.switches()`, summed over worlds
     and steps; `switch_steps`: the world-steps with any) and `warned`: whether the rollout's
     self-check raised `GradientWarning`;
@@ -197,7 +199,11 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
 
     stage("lanes")
     ro = diffsim.Rollout(scene, nstep, check=True)  # defaults: what diffsim.rollout runs
-    row["nlane"] = ro.fd.nlane
+    row["gradient"] = ro.gradient  # the analytic adjoint where it covers the model (issue 26)
+    row["gradient_reason"] = ro.gradient_reason
+    lanes = ro if ro.gradient == "finite_difference" else diffsim.Rollout(scene, nstep, check=True,
+                                                                          gradient="finite_difference")
+    row["nlane"] = lanes.fd.nlane
     row["mem_gb"] = scene.memory_estimate(ro.fd.nlane) / 1e9
     stage("gradient")
     signals = ("qpos", "qvel", "act") if mjm.na else ("qpos", "qvel")
@@ -207,7 +213,9 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     t = time.perf_counter()
     grads, row["warned"] = _tape_gradient(ro, c_ctrl, q32, np.tile(v32, (NWORLD, 1)), weights)
     row["grad_s"] = time.perf_counter() - t
-    switches = ro.switches().numpy()
+    if lanes is not ro:  # the lanes beside the adjoint, on the same functional
+      lane_grads, _ = _tape_gradient(lanes, c_ctrl, q32, np.tile(v32, (NWORLD, 1)), weights)
+    switches = lanes.switches().numpy()
     row["switches"] = int(switches.sum())
     row["switch_steps"] = int(np.count_nonzero(switches))
     row["switches_by_world"] = switches.sum(axis=1).tolist()
@@ -217,6 +225,8 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     rel = lambda a, b: float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
     # worst world, as check_gradients reports it
     row["grad_err"] = {k: max(rel(grads[k][w], refs[1e-6][k][w]) for w in range(NWORLD)) for k in wrt}
+    if lanes is not ro:
+      row["grad_err_lanes"] = {k: max(rel(lane_grads[k][w], refs[1e-6][k][w]) for w in range(NWORLD)) for k in wrt}
     row["grad_norm"] = {k: float(np.linalg.norm(refs[1e-6][k])) for k in wrt}
     row["ref_err"] = max(rel(refs[1e-5][k][w], refs[1e-6][k][w]) for k in wrt for w in range(NWORLD))
     stage("done")
@@ -343,21 +353,24 @@ def _bytes(n: float) -> str:
 
 def table(rows: list[dict]) -> str:
   head = ("| model | nv | nu | contacts (rows) at start | lanes (MJWarp memory) | forward max abs qpos diff | "
-          "grad error ctrl | grad error qvel0 | C ref. 1e-6 vs 1e-5 | unresolved switches (world-steps) | "
-          "gradient rollout (s) | wall (s) | note |")
-  lines = [head, "|" + "---|" * 13]
+          "gradient | grad error ctrl | grad error qvel0 | lanes' error ctrl, qvel0 (beside the adjoint) | "
+          "C ref. 1e-6 vs 1e-5 | unresolved switches (world-steps) | gradient rollout (s) | wall (s) | note |")
+  lines = [head, "|" + "---|" * 15]
   for r in rows:
     err = r.get("grad_err", {})
     sw = "" if "switches" not in r else f"{r['switches']} ({r['switch_steps']}){' warned' if r.get('warned') else ''}"
     lanes = "" if "nlane" not in r else f"{r['nlane']} ({_bytes(r['mem_gb'] * 1e9)})"
     cons = "" if "ncon0" not in r else f"{r['ncon0']} ({r['nefc0']})"
     note = r.get("error") or r.get("note", "")
+    le = r.get("grad_err_lanes", {})
+    lane_err = ", ".join(_fmt(le.get(k)) for k in ("ctrl", "qvel0") if k in le)
     if r.get("ref_qpos_max", 0) > 1e3:
       note = f"diverges in MuJoCo C too (max abs qpos {r['ref_qpos_max']:.1e} after {r['nstep']} steps)" + (
         f"; {note}" if note else "")
     lines.append(
       f"| {r['model']} | {r.get('nv', '')} | {r.get('nu', '')} | {cons} | {lanes} | {_fmt(r.get('fwd_qpos_err'))} | "
-      f"{_fmt(err.get('ctrl'))} | {_fmt(err.get('qvel0'))} | {_fmt(r.get('ref_err'))} | {sw} | "
+      f"{r.get('gradient', '')} | {_fmt(err.get('ctrl'))} | {_fmt(err.get('qvel0'))} | {lane_err} | "
+      f"{_fmt(r.get('ref_err'))} | {sw} | "
       f"{_fmt(r.get('grad_s'), '.3g')} | {_fmt(r.get('wall_s'), '.0f')} | {note.replace('|', '/')} |")
   return "\n".join(lines)
 

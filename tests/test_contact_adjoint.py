@@ -139,12 +139,14 @@ SO101_TOUCHING = {"one": [0.27, -0.732, 1.568, 0.541, 0.109, 0.46], "two": [0.22
 
 @pytest.mark.parametrize("pose", sorted(SO101_TOUCHING))
 def test_so101_self_collision(so101, pose):
-  """Mesh-mesh contacts take the first-order model (witness points rigid on their bodies, the normal
-  turning with geom 1's body): exact in the controls and velocities to the model's error, approximate
-  in the positions, where the true witness points slide over the meshes. Measured (world 0, the pose
-  held): analytic ctrl 4.6e-5 / 1.2e-3, qvel0 1.4e-4 / 1.7e-3, qpos0 1.4e-3 / 1.4e-2 (poses one / two);
-  the lanes 3.1e-3 / 4.3e-3, 1.1e-4 / 1.4e-3, 4.4e-4 / 5.3e-3. World 1 (inputs offset by 0.05) is
-  left out: its contact comes and goes within the horizon, where neither method has a derivative."""
+  """Mesh-mesh contacts: the normal turns with the mesh whose polygon lies along it (here geom 2's:
+  cosine 1.0 against geom 1's 0.97-0.999), the other mesh's witness point rigid on its body. Exact
+  where that point is a vertex (pose one); a first-order model where a clipped contact point slides
+  (pose two). Measured (world 0, the pose held): pose one 3.6e-6 (ctrl), 2.0e-6 (qpos0), 6.7e-7
+  (qvel0), the lanes 3.1e-3, 4.4e-4, 1.1e-4; pose two 3.5e-4, 7.0e-3, 8.1e-4, the lanes 4.3e-3,
+  5.3e-3, 1.4e-3. (With the normal turning with geom 1's body, as before the faces were compared:
+  pose one 4.6e-5, 1.4e-3, 1.4e-4.) World 1 (inputs offset by 0.05) is left out: its contact comes
+  and goes within the horizon, where neither method has a derivative."""
   m = so101.mjm
   q = np.array(SO101_TOUCHING[pose])
   d = mujoco.MjData(m)
@@ -154,8 +156,9 @@ def test_so101_self_collision(so101, pose):
   u = np.tile(q, (NSTEP, 1))  # hold the pose (position servos)
   res = check_gradients(so101, u, qpos0=q, gradient="analytic", worlds=[0])
   print(res)
-  assert res.rel_err["ctrl"] < 3e-3 and res.rel_err["qvel0"] < 4e-3, res
-  assert res.rel_err["qpos0"] < 3e-2, res
+  bound = {"one": {"*": 1e-4}, "two": {"ctrl": 1e-3, "qvel0": 2e-3, "qpos0": 1.5e-2}}[pose]
+  for k, err in res.rel_err.items():
+    assert err < bound.get(k, bound.get("*")), res
 
 
 def test_pick_scene_cube(request):
@@ -175,6 +178,45 @@ def test_pick_scene_cube(request):
   res = check_gradients(scene, u, qpos0=q, qvel0=d.qvel.copy(), gradient="analytic")
   print(res)
   assert res.max_rel_err < 2e-4, res
+
+
+# A box dropped tilted and spinning: its corners land at steps 13, 18, 19 and 20 of 40.
+DROPPED_BOX = """
+<mujoco model="dropped_box">
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom type="plane" size="2 2 .1" friction="0.6"/>
+    <body name="box" pos="0 0 0.08" euler="10 20 0">
+      <freejoint/>
+      <geom type="box" size="0.05 0.04 0.03" mass="0.4" friction="0.6"/>
+    </body>
+  </worldbody>
+  <sensor>
+    <framepos name="box_pos" objtype="body" objname="box"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def test_contacts_made_mid_horizon():
+  """Making contact has no derivative inside the step where it happens; the adjoint differentiates
+  each step with the forward's contact set, which is float64 C's own derivative wherever an
+  infinitesimal change of the inputs leaves every contact's first step where it is. The lanes'
+  differences (qpos steps of 1e-4) can move it, or cross a landing corner's switch: measured
+  analytic 7.8e-5, the lanes 8.7e-4."""
+  m = mujoco.MjModel.from_xml_string(DROPPED_BOX)
+  d = mujoco.MjData(m)
+  qvel0 = np.array([0.3, 0.1, -0.2, 1.0, -2.0, 0.5])
+  d.qvel[:] = qvel0
+  ncon = []
+  for _ in range(40):
+    mujoco.mj_step(m, d)
+    ncon.append(d.ncon)
+  assert ncon[0] == 0 and ncon[-1] == 4 and ncon.index(4) > ncon.index(1) + 3  # corners land one by one
+  scene = diffsim.Scene.from_xml(DROPPED_BOX, nworld=2, device=DEVICE)
+  res = check_gradients(scene, np.zeros((40, 0)), qvel0=qvel0, wrt=("qpos0", "qvel0"), gradient="analytic")
+  print(res)
+  assert res.max_rel_err < 5e-4, res
 
 
 def test_refused_contact_features():

@@ -3,18 +3,24 @@
 At each replayed step `k` the backward pass runs MJWarp's own kinematics and collision on `q_k`, so
 it sees exactly the contacts the forward step used (same state, same code), and keeps their discrete
 choices (geom pair, `dim`, friction, `solref`, `solimp`, margin, the narrowphase's witness feature).
-What stays a function of `q` is rebuilt in differentiable kernels from the replayed body poses:
+What stays a function of `q` is rebuilt in differentiable kernels from the replayed body poses
+(`_contact_locals` freezes, `_contact_geometry` rebuilds), in one of three modes:
 
-  p1 = x_b1 + R_b1 p1_local,  p2 = x_b2 + R_b2 p2_local,  F = F_local R_b1^T,
-  dist = n . (p2 - p1),       pos = (p1 + p2) / 2,          n = F[0]
+  - face (`_FACE1`, `_FACE2`): one geom's surface defines the normal (a plane; a box face or mesh
+    polygon along the normal, whichever of the two geoms has one; the non-round geom against a sphere
+    or capsule). The normal and an anchor point on that surface turn and move with its body; the
+    other geom's feature (a box corner or mesh vertex, a sphere's centre or capsule's core point, a
+    cylinder's lowest rim point around its axis) moves with its own body, and
+    `dist = n . (p_feature - p_anchor)` less the feature's rounding radius;
+  - round (`_ROUND`): two spheres or capsules: the normal joins their core points.
 
-with `p1`, `p2` the witness points (`pos -+ dist/2 n`, MJWarp's contact point is their midpoint) fixed
-in the frames of the bodies of geom 1 and geom 2, and the contact frame turning with geom 1's body.
-At the nominal `q` these equal MJWarp's values. Their first derivatives are exact for the distance of
-any two smooth convex surfaces (the witness points' relative velocity along the normal, the envelope
-theorem) and for the whole frame where geom 1 is a plane or a face that defines the normal (a floor,
-a box face); where the normal is a function of both bodies (sphere-sphere, capsule pairs, meshes),
-its turning with geom 1's body alone is a first-order model of it.
+The contact point is the witness points' midpoint and the tangents are `make_frame(n)`, except
+plane-capsule's, which follow the capsule's axis, as MJWarp's do. At the nominal `q` these equal
+MJWarp's values. The derivatives are exact where the touching feature is a vertex, a sphere or a
+capsule core, or a cylinder rim on a face (every primitive pair diffsim's tests check against float64
+C, and a mesh vertex on a mesh face); where a contact point is no vertex of either mesh (MJWarp's
+multi-contact clipping can put one where an edge crosses a face) it slides as the bodies move, and
+keeping it rigid is a first-order model (the SO-101's self-collision: `tests/test_contact_adjoint.py`).
 
 The rows are MJWarp's (`constraint._efc_contact_jac_dense`, `_efc_contact_update`), pyramidal cones
 and frictionless contacts: the normal row (`condim` 1) or `2 (condim - 1)` pyramid edges
@@ -45,6 +51,7 @@ _CONSTRAINT = int(ContactType.CONSTRAINT)
 _G = mujoco.mjtGeom
 _PLANE, _SPHERE, _CAPSULE, _CYLINDER = int(_G.mjGEOM_PLANE), int(_G.mjGEOM_SPHERE), int(_G.mjGEOM_CAPSULE), \
   int(_G.mjGEOM_CYLINDER)
+_BOX, _MESH = int(_G.mjGEOM_BOX), int(_G.mjGEOM_MESH)
 _FACE1, _FACE2, _ROUND = 0, 1, 2  # which body's surface defines the normal (see `_contact_locals`)
 _MAKE_FRAME, _CAPSULE_AXIS, _FIXED = 0, 1, 2  # how the tangents follow (see `_contact_locals`)
 
@@ -57,12 +64,33 @@ def _radius(geom_type: int, size: wp.vec3) -> float:
   return 0.0
 
 
+@wp.func
+def _face_alignment(geom_type: int, dataid: int, R: wp.mat33, outward: wp.vec3,
+                    mesh_polyadr: wp.array[int], mesh_polynum: wp.array[int],
+                    mesh_polynormal: wp.array[wp.vec3]) -> float:
+  """How well a face of the geom (orientation `R`) has the outward normal `outward`: the largest
+  cosine over a box's six faces or a mesh's polygons; -1 for other geoms."""
+  local = wp.transpose(R) @ outward
+  if geom_type == _BOX:
+    return wp.max(wp.max(wp.abs(local[0]), wp.abs(local[1])), wp.abs(local[2]))
+  best = float(-1.0)
+  if geom_type == _MESH and dataid >= 0:
+    adr = mesh_polyadr[dataid]
+    for i in range(mesh_polynum[dataid]):
+      best = wp.max(best, wp.dot(mesh_polynormal[adr + i], local))
+  return best
+
+
 @wp.kernel(enable_backward=False)
 def _contact_locals(
   # Model:
   geom_type: wp.array[int],
   geom_bodyid: wp.array[int],
   geom_size: wp.array2d[wp.vec3],
+  geom_dataid: wp.array2d[int],
+  mesh_polyadr: wp.array[int],
+  mesh_polynum: wp.array[int],
+  mesh_polynormal: wp.array[wp.vec3],
   # Data in (MJWarp, after kinematics and collision at q_k):
   nacon: wp.array[int],
   xpos: wp.array2d[wp.vec3],
@@ -119,6 +147,17 @@ def _contact_locals(
     if r2 > 0.0:
       mode = _ROUND
     else:
+      mode = _FACE2
+  elif t1 != _PLANE and r2 == 0.0:
+    # neither round (boxes, meshes): the normal belongs to the geom with a face along it (a vertex or
+    # edge of the other touches that face)
+    t2 = geom_type[g[1]]
+    di = w % geom_dataid.shape[0]
+    a1 = _face_alignment(t1, geom_dataid[di, g[0]], geom_xmat[w, g[0]], n, mesh_polyadr, mesh_polynum,
+                         mesh_polynormal)
+    a2 = _face_alignment(t2, geom_dataid[di, g[1]], geom_xmat[w, g[1]], -n, mesh_polyadr, mesh_polynum,
+                         mesh_polynormal)
+    if a2 > a1:
       mode = _FACE2
   mode_out[c] = mode
   axis2_out[c] = wp.vec3(0.0)
@@ -489,7 +528,8 @@ class ContactRows:
     mjw.collision(s.model, d)
     c = d.contact
     wp.launch(_contact_locals, dim=self.nc, device=s.device,
-              inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, d.nacon, d.xpos, d.xmat, d.geom_xmat, c.dist,
+              inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
+                      s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat, d.geom_xmat, c.dist,
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
               outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis2,
                        self.tangent, self.tmode])
