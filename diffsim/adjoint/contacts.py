@@ -276,6 +276,43 @@ def _nrow(dim: int) -> int:
 
 
 @wp.kernel
+def _contact_friction(
+  # Model:
+  geom_priority: wp.array[int],
+  geom_friction: wp.array2d[wp.vec3],
+  # Frozen:
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  active: wp.array[int],
+  # Out:
+  friction_out: wp.array[vec5],  # (naconmax,) tangent, tangent, torsional, rolling, rolling
+):
+  """The contact's friction from its geoms' (MJWarp's `contact_material_params`: the higher
+  priority's, else the larger of each coefficient), so that `geom_friction` gets its adjoint."""
+  c = wp.tid()
+  if active[c] == 0:
+    return
+  g = contact_geom[c]
+  fid = contact_worldid[c] % geom_friction.shape[0]
+  f1 = geom_friction[fid, g[0]]
+  f2 = geom_friction[fid, g[1]]
+  p1 = geom_priority[g[0]]
+  p2 = geom_priority[g[1]]
+  slide = wp.max(f1[0], f2[0])
+  spin = wp.max(f1[1], f2[1])
+  roll = wp.max(f1[2], f2[2])
+  if p1 > p2:
+    slide = f1[0]
+    spin = f1[1]
+    roll = f1[2]
+  elif p2 > p1:
+    slide = f2[0]
+    spin = f2[1]
+    roll = f2[2]
+  friction_out[c] = vec5(slide, slide, spin, roll, roll)
+
+
+@wp.kernel
 def _contact_jacobian(
   # Model:
   geom_bodyid: wp.array[int],
@@ -502,17 +539,22 @@ class ContactRows:
     frozen = [c.geom, c.worldid]
     refsafe = 0 if off & mujoco.mjtDisableBit.mjDSBL_REFSAFE else 1
     rows = (nc, MAX_CONTACT_ROWS)
+    friction = c.friction
+    if s.mjm.npair == 0:  # explicit pairs set their own friction (and a geom_friction Param is refused)
+      friction = arr(nc, vec5)
+      program.launch("step", _contact_friction, nc, [m.geom_priority, m.geom_friction, *frozen, self.active],
+                     [friction])
     program.launch("step", _contact_geometry, nc,
                    [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
                     self.frame_local, self.axis2, self.tangent, self.tmode, xpos, xmat],
                    [pos, frame, dist])
     program.launch("step", _contact_jacobian, rows,
-                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, c.friction, self.active, pos,
+                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, friction, self.active, pos,
                     frame, com, cdof], [self.J])
     program.launch("step", _row_products, rows, [c.worldid, c.dim, self.active, self.J, qvel, qacc], [Jv, Ja])
     program.launch("step", _contact_force, rows,
                    [float(s.mjm.opt.timestep), refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid,
-                    *frozen, c.dim, c.friction, c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
+                    *frozen, c.dim, friction, c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
                    [self.force, self.D])
     program.launch("step", _rows_to_qfrc, rows, [c.worldid, c.dim, self.active, self.J, self.force],
                    [qfrc_constraint])
