@@ -12,8 +12,9 @@ the CPU, with no OpenGL.
   (uint8 RGB, kept on the device until read or written by `diffsim.video.write_video`).
 
 The default camera (`camera=None`) is diffsim's own: a camera added to a copy of the model that
-tracks the centre of mass of each world's bodies (MuJoCo's `trackcom` mode), placed at 1.5 times
-the model's extent from it, at the model's `<visual><global azimuth>` and 20 degrees above. A
+tracks the centre of mass of each world's bodies (MuJoCo's `trackcom` mode), placed where it
+sees every moving geom (at `qpos0`) with a margin, at the model's `<visual><global azimuth>` and 20
+degrees above, with a directional light beside it. A
 named model camera (fixed, tracking or targeting, as the MJCF defines it) can be chosen instead.
 """
 
@@ -253,6 +254,10 @@ def _tracking_camera_model(scene) -> mujoco.MjModel:
   mujoco.mju_mat2Quat(quat, np.column_stack([right, up, -forward]).ravel())
   spec.worldbody.add_camera(name=TRACKING_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
                             pos=com - distance * forward, quat=quat, fovy=45.0)
+  # a light beside the camera, so that the faces it sees are lit whatever the model's lights face
+  spec.worldbody.add_light(name=TRACKING_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+                           type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, pos=com - distance * forward, dir=forward,
+                           diffuse=[0.5, 0.5, 0.5], castshadow=False)
   render_mjm = spec.compile()
   for name in _DRAWN_FIELDS:
     src, dst = getattr(mjm, name), getattr(render_mjm, name)

@@ -15,7 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["write_video", "tile", "record", "check_path", "FORMATS", "GIF_MAX_FPS"]
+__all__ = ["write_video", "tile", "record", "check_path", "add_video_arguments", "video_options", "FORMATS",
+           "GIF_MAX_FPS"]
 
 FORMATS = (".gif", ".mp4")
 # GIF frame delays are whole hundredths of a second and browsers slow anything under 0.02 s down to
@@ -76,7 +77,7 @@ def tile(rgb: np.ndarray, *, labels: Sequence[str] | None = None, columns: int |
 
   Args:
     rgb: frames, uint8.
-    labels: one string per world drawn in its tile's top-left corner (None: no labels).
+    labels: one string per world drawn in its tile's bottom-left corner (None: no labels).
     columns: tiles per row (default: `ceil(sqrt(nworld))`).
     gap: pixels of dark border between tiles.
   """
@@ -93,12 +94,15 @@ def tile(rgb: np.ndarray, *, labels: Sequence[str] | None = None, columns: int |
     # text drawn once on a transparent layer, then pasted into every frame
     layer = Image.new("RGBA", (out.shape[2], out.shape[1]), (0, 0, 0, 0))
     draw = ImageDraw.Draw(layer)
-    font = _font(max(10, height // 14))
+    font = _font(max(8, height // 16))
     for w, text in enumerate(labels):
       if not text:
         continue
       r, c = divmod(w, columns)
-      x, y = c * (width + gap) + 3, r * (height + gap) + 2
+      # bottom-left: motions (a pole swinging up, an arm reaching) mostly use the top of the view
+      x, bottom = c * (width + gap) + 3, r * (height + gap) + height - 2
+      box = draw.textbbox((x, bottom), text, font=font, anchor="ld")
+      y = box[1]
       box = draw.textbbox((x, y), text, font=font)
       draw.rectangle((box[0] - 2, box[1] - 1, box[2] + 2, box[3] + 1), fill=(0, 0, 0, 150))
       draw.text((x, y), text, fill=(255, 255, 255, 255), font=font)
@@ -109,7 +113,7 @@ def tile(rgb: np.ndarray, *, labels: Sequence[str] | None = None, columns: int |
 
 
 def write_video(frames, path, fps: float | None = None, *, captions: Sequence[str] | None = None,
-                labels: bool = True, columns: int | None = None) -> str:
+                labels: bool | Sequence[str] = True, columns: int | None = None) -> str:
   """Writes frames of many worlds as one GIF or MP4, tiled in a grid; returns the path.
 
   Args:
@@ -119,7 +123,8 @@ def write_video(frames, path, fps: float | None = None, *, captions: Sequence[st
     fps: frames per second; default: real time (`Frames.fps`, from the model's timestep). A GIF
       plays at most `GIF_MAX_FPS`, dropping frames to stay in real time.
     captions: one string per world added to its tile's label (e.g. the final error).
-    labels: label each tile with its world index (and caption).
+    labels: label each tile with its world index (and caption); or one label per world to use
+      instead of "world i" (e.g. when the tiles come from several solvers).
     columns: tiles per row (default: a near-square grid).
   """
   path = check_path(path)
@@ -133,12 +138,13 @@ def write_video(frames, path, fps: float | None = None, *, captions: Sequence[st
   if captions is not None and len(captions) != nworld:
     raise ValueError(f"{len(captions)} captions for {nworld} worlds: give one per world")
   worlds = np.arange(nworld) if worlds is None else worlds
-  text = None
-  if labels:
-    text = [f"world {int(w)}" + (f"  {captions[i]}" if captions is not None and captions[i] else "")
-            for i, w in enumerate(worlds)]
-  elif captions is not None:
-    text = list(captions)
+  if not isinstance(labels, bool):
+    if len(labels) != nworld:
+      raise ValueError(f"{len(labels)} labels for {nworld} worlds: give one per world")
+    names = [str(label) for label in labels]
+  else:
+    names = [f"world {int(w)}" for w in worlds] if labels else [""] * nworld
+  text = [" ".join(t for t in (name, captions[i] if captions is not None else "") if t) for i, name in enumerate(names)]
   grid = tile(rgb, labels=text, columns=columns)
   stem, ext = os.path.splitext(path)
   partial = f"{stem}.partial{ext}"  # ffmpeg picks its container from the extension
@@ -182,9 +188,9 @@ def _write_mp4(grid: np.ndarray, path: str, fps: float) -> None:
   writer.close()
 
 
-def record(scene, traj, path, *, worlds=None, captions: Sequence[str] | None = None, camera=None,
-           size=(320, 240), every: int = 1, fps: float | None = None, columns: int | None = None,
-           progress: bool = False) -> str:
+def record(scene, traj, path, *, worlds=None, captions: Sequence[str] | None = None,
+           labels: bool | Sequence[str] = True, camera=None, size=(320, 240), every: int = 1,
+           fps: float | None = None, columns: int | None = None, progress: bool = False) -> str:
   """Renders a trajectory's worlds (`diffsim.render.render_trajectory`) and writes them as one video.
 
   The path (folder, extension, MP4 extra) is checked before anything is rendered. Arguments as in
@@ -196,4 +202,36 @@ def record(scene, traj, path, *, worlds=None, captions: Sequence[str] | None = N
   if captions is not None and worlds is not None and len(captions) != len(np.atleast_1d(worlds)):
     raise ValueError(f"{len(captions)} captions for {len(np.atleast_1d(worlds))} worlds: give one per world")
   frames = render_trajectory(scene, traj, worlds=worlds, camera=camera, size=size, every=every, progress=progress)
-  return write_video(frames, path, fps, captions=captions, columns=columns)
+  return write_video(frames, path, fps, captions=captions, labels=labels, columns=columns)
+
+
+def add_video_arguments(parser, *, name: str = "motion") -> None:
+  """Adds `--video/--no-video`, `--video-size WIDTHxHEIGHT` and `--video-format` to a tutorial's or
+  command's `argparse` parser (read back by `video_options`)."""
+  import argparse
+
+  parser.add_argument("--video", action=argparse.BooleanOptionalAction, default=None,
+                      help=f"write {name}.gif of the worlds' motion (default: on, off under --test)")
+  parser.add_argument("--video-size", default="320x240", help="WIDTHxHEIGHT pixels per world (default 320x240)")
+  parser.add_argument("--video-format", choices=("gif", "mp4"), default="gif",
+                      help="gif (Pillow) or mp4 (pip install \"diffsim[video]\")")
+  parser.set_defaults(video_name=name)
+
+
+def video_options(args, folder: str) -> tuple[str | None, tuple[int, int]]:
+  """`(path or None, (width, height))` from `add_video_arguments`' options; the path is checked
+  (`check_path`) so that a bad one fails before anything runs. Video is on unless `--no-video`, or
+  `--test` without `--video`."""
+  from .render import check_size
+
+  enabled = args.video if args.video is not None else not getattr(args, "test", False)
+  try:
+    size = tuple(int(v) for v in args.video_size.lower().split("x"))
+  except ValueError:
+    size = ()
+  if len(size) != 2:
+    raise ValueError(f"--video-size {args.video_size!r}: expected WIDTHxHEIGHT, e.g. 320x240")
+  size = check_size(size)
+  if not enabled:
+    return None, size
+  return check_path(os.path.join(folder, f"{args.video_name}.{args.video_format}")), size

@@ -27,12 +27,16 @@ def _load(name: str):
   ("04_so101_throw.py", "04_so101_throw/throw.png"),  # 4 throws land within 2 cm of their targets
 ])
 def test_tutorial(tmp_path, capsys, name, figure):
-  code = _load(name).main(["--test", "--device", DEVICE, "--out", str(tmp_path)])
+  # tutorial 02 also writes its video (small) and checks its last frame: every pole upright
+  video = ["--video", "--video-size", "80x60"] if name.startswith("02") else []
+  code = _load(name).main(["--test", "--device", DEVICE, "--out", str(tmp_path), *video])
   out = capsys.readouterr().out
   assert code == 0, out
   assert "test passed" in out, out
   assert out.strip().splitlines()[-2].startswith(name[:-3] + ":")  # the one-line result
   assert (tmp_path / figure).stat().st_size > 10_000
+  if video:
+    assert (tmp_path / os.path.dirname(figure) / "motion.gif").stat().st_size > 10_000
 
 
 def test_so101_reach_2048_worlds(tmp_path, capsys):
