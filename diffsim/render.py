@@ -329,10 +329,8 @@ class Camera:
     device = scene.device
     with wp.ScopedDevice(device), off_tape():
       self.model = mjw.put_model(self.mjm)
-      mjd = mujoco.MjData(self.mjm)
-      mujoco.mj_forward(self.mjm, mjd)
-      # kinematics only: no contact or constraint rows are ever made
-      self.data = mjw.put_data(self.mjm, mjd, nworld=self.nworld, nconmax=1, njmax=1)
+      # kinematics only: no contact or constraint rows are ever made (nor are there any in a fresh MjData)
+      self.data = mjw.put_data(self.mjm, mujoco.MjData(self.mjm), nworld=self.nworld, nconmax=1, njmax=1)
       kwargs = dict(nworld=self.nworld, cam_res=(self.width, self.height), render_rgb=True, render_depth=self.depth,
                     render_seg=self.segmentation, cam_active=[self.camera], background_color=BACKGROUND)
       try:

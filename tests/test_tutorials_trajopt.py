@@ -27,8 +27,9 @@ def _load(name: str):
   ("04_so101_throw.py", "04_so101_throw/throw.png"),  # 4 throws land within 2 cm of their targets
 ])
 def test_tutorial(tmp_path, capsys, name, figure):
-  # tutorial 02 also writes its video (small) and checks its last frame: every pole upright
-  video = ["--video", "--video-size", "80x60"] if name.startswith("02") else []
+  # tutorials 02 and 03 also write their videos (small); 02 checks its last frame: every pole upright
+  video = {"02": ["--video", "--video-size", "80x60"],
+           "03": ["--video", "--video-size", "64x48", "--video-worlds", "4"]}.get(name[:2], [])
   code = _load(name).main(["--test", "--device", DEVICE, "--out", str(tmp_path), *video])
   out = capsys.readouterr().out
   assert code == 0, out
