@@ -46,7 +46,7 @@ def test_so101_reach_2048_worlds(tmp_path, capsys):
   # 173 s and 3.5 GB on a 2-core CPU)
   code = _load("03_so101_reach.py").main(["--device", DEVICE, "--out", str(tmp_path), "--nworld", "2048",
                                           "--duration", "0.15", "--timestep", "0.01", "--iters", "5",
-                                          "--target-spread", "0.25", "--min-success", "0.95"])
+                                          "--target-spread", "0.25", "--min-success", "0.95", "--no-video"])
   out = capsys.readouterr().out
   assert code == 0 and "test passed" in out, out
   assert "2048 worlds" in out
