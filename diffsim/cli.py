@@ -141,6 +141,10 @@ def _add_sysid(sub) -> None:
                  help="join the Ray cluster at HOST:PORT (`ray start --head` prints it) instead of a local one")
   p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
   p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+  p.add_argument("--video", action="store_true",
+                 help="also write OUTDIR/replay.gif: each recording (up to 4) beside its replay with the initial "
+                      "and the identified model (MuJoCo C, the recorded controls)")
+  p.add_argument("--video-size", default="240x180", metavar="WxH", help="pixels per tile (default 240x180)")
   p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
   p.add_argument("--verbose", "-v", action="store_true", help="show Warp's initialization and kernel-loading logs")
   p.set_defaults(func=_run_sysid)
@@ -165,6 +169,17 @@ def _run_sysid(args) -> int:
     return 2
   from . import lerobot
 
+  if args.video:
+    try:
+      from .video import check_path, video_options
+
+      os.makedirs(args.out, exist_ok=True)
+      args.video_name, args.video_format = "replay", "gif"
+      check_path(os.path.join(args.out, "replay.gif"))
+      video_options(args, args.out)  # the size, checked before the solve
+    except (ValueError, OSError, ImportError) as e:
+      print(f"diffsim sysid: error: {e}", file=sys.stderr)
+      return 2
   caught: list = []
   try:
     with warnings.catch_warnings(record=True) as caught:
@@ -216,10 +231,65 @@ def _run_sysid(args) -> int:
     print(f"diffsim sysid: error: the solve finished (above) but writing {args.out} failed: {res.save_error}",
           file=sys.stderr)
     return 3
-  print(res.summary() + f"; wrote {os.path.join(args.out, 'params.json')}")
+  wrote = os.path.join(args.out, "params.json")
+  if args.video and res.signals is None:
+    print("warning: no video: the solve kept no recordings to replay", file=sys.stderr)
+  elif args.video:
+    wrote += ", " + _replay_video(args, res)
+  print(res.summary() + f"; wrote {wrote}")
   if not res.success:  # why, and what to try (the summary says only that it did not converge)
     print(f"diffsim sysid: {res.message.split('; warning: ')[0]}", file=sys.stderr)
   return 0 if res.success else 1
+
+
+def _replay_video(args, res) -> str:
+  """Writes OUTDIR/replay.gif: per recording (up to 4), its recorded motion (where qpos was recorded) and
+  the recorded controls replayed in MuJoCo C from its initial state with the initial and the identified
+  model, at the recording's sample times. Returns the path."""
+  import mujoco
+  import numpy as np
+
+  from .scene import Scene, load_mjmodel
+  from .video import record, video_options
+
+  path, size = video_options(args, args.out)
+  initial = load_mjmodel(args.model)
+  identified = mujoco.MjModel.from_xml_path(os.path.join(args.out, "model.xml"))
+  recs = res.signals.recordings[:4]
+  rows, labels = [], []
+  for i, rec in enumerate(recs):
+    replays = {"initial": initial, "identified": identified}
+    if rec.qpos is not None:
+      rows.append(rec.qpos)
+      labels.append(f"recording {i}")
+    for name, model in replays.items():
+      rows.append(_replay(model, rec, res.initial_qpos[i], res.initial_qvel[i]))
+      labels.append(f"{name} model, rec. {i}")
+  nsample = min(len(r) for r in rows)
+  qpos = np.stack([r[:nsample] for r in rows]).astype(np.float32)
+  fps = 1.0 / float(np.median(np.diff(recs[0].time)))
+  scene = Scene.from_xml(args.model, nworld=1, device=args.device)
+  return record(scene, qpos, path, labels=labels, size=size, fps=fps, columns=len(rows) // len(recs))
+
+
+def _replay(mjm, rec, qpos0, qvel0):
+  """`(T, nq)` qpos at the recording's sample times: its controls held between samples, stepped in MuJoCo C."""
+  import mujoco
+  import numpy as np
+
+  d = mujoco.MjData(mjm)
+  d.qpos[:], d.qvel[:] = qpos0, qvel0
+  mujoco.mj_forward(mjm, d)
+  out = [d.qpos.copy()]
+  t = rec.time[0]
+  for k in range(1, len(rec.time)):
+    if rec.ctrl is not None:
+      d.ctrl[:] = rec.ctrl[k - 1]
+    for _ in range(max(1, int(round((rec.time[k] - t) / mjm.opt.timestep)))):
+      mujoco.mj_step(mjm, d)
+    t = rec.time[k]
+    out.append(d.qpos.copy())
+  return np.array(out)
 
 
 def _parser() -> argparse.ArgumentParser:

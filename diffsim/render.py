@@ -12,7 +12,9 @@ the CPU, with no OpenGL.
   (uint8 RGB, kept on the device until read or written by `diffsim.video.write_video`).
 
 The default camera (`camera=None`) is diffsim's own: a camera added to a copy of the model that
-tracks the centre of mass of each world's bodies (MuJoCo's `trackcom` mode), placed where it
+tracks the centre of mass of each world's bodies (MuJoCo's `trackcom` mode) where the model's root
+bodies can translate (free or slide joints), and else stays where it sees that centre at `qpos0`
+(an arm's base then stays still in the image). It is placed where it
 sees every moving geom (at `qpos0`) with a margin, at the model's `<visual><global azimuth>` and 20
 degrees above, with a directional light beside it. A
 named model camera (fixed, tracking or targeting, as the MJCF defines it) can be chosen instead.
@@ -231,8 +233,8 @@ def _framing_distance(mjm: mujoco.MjModel, mjd: mujoco.MjData, com: np.ndarray, 
 
 
 def _tracking_camera_model(scene) -> mujoco.MjModel:
-  """The scene's model with diffsim's tracking camera added to its world body: mode `trackcom` on the
-  world body keeps the camera at a fixed offset from each world's centre of mass."""
+  """The scene's model with diffsim's camera (and a light) added to its world body: mode `trackcom` on
+  the world body keeps the camera at a fixed offset from each world's centre of mass."""
   mjm = scene.mjm
   spec = _source_spec(scene)
   if spec is None:
@@ -252,10 +254,14 @@ def _tracking_camera_model(scene) -> mujoco.MjModel:
   distance = _framing_distance(mjm, mjd, com, fovy=45.0)
   quat = np.zeros(4)
   mujoco.mju_mat2Quat(quat, np.column_stack([right, up, -forward]).ravel())
-  spec.worldbody.add_camera(name=TRACKING_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
-                            pos=com - distance * forward, quat=quat, fovy=45.0)
+  # a model whose root bodies translate (a cart, a floating base) is followed; one fixed to the world
+  # (an arm, a pendulum) is watched from where it stands, so that its base stays still in the image
+  roots = mjm.body_parentid[mjm.jnt_bodyid] == 0
+  moves = bool(np.any(roots & np.isin(mjm.jnt_type, (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_SLIDE))))
+  mode = mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM if moves else mujoco.mjtCamLight.mjCAMLIGHT_FIXED
+  spec.worldbody.add_camera(name=TRACKING_CAMERA, mode=mode, pos=com - distance * forward, quat=quat, fovy=45.0)
   # a light beside the camera, so that the faces it sees are lit whatever the model's lights face
-  spec.worldbody.add_light(name=TRACKING_CAMERA, mode=mujoco.mjtCamLight.mjCAMLIGHT_TRACKCOM,
+  spec.worldbody.add_light(name=TRACKING_CAMERA, mode=mode,
                            type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL, pos=com - distance * forward, dir=forward,
                            diffuse=[0.5, 0.5, 0.5], castshadow=False)
   render_mjm = spec.compile()
