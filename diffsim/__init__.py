@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 
 # submodules, and public names with the module that defines them
 _SUBMODULES = ("adjoint", "cli", "data", "distributed", "gradcheck", "graph", "interop", "joints", "kernels", "lerobot",
-               "losses", "optim", "params", "plot", "render", "scene", "step", "sysid", "trajopt", "usd", "video")
+               "losses", "optim", "params", "plot", "render", "scene", "step", "sysid", "trajopt", "usd", "video",
+               "viewer")
 _NAMES = {
   "check_gradients": "gradcheck",
   "Param": "params",
@@ -38,6 +39,7 @@ _NAMES = {
   "TrajectoryResult": "trajopt",
   "optimize_trajectory": "trajopt",
   "write_video": "video",
+  "view": "viewer",
 }
 __all__ = [*_SUBMODULES, *_NAMES, "__version__"]
 
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
   from diffsim import render as render
   from diffsim import usd as usd
   from diffsim import video as video
+  from diffsim import viewer as viewer
   from diffsim.gradcheck import check_gradients as check_gradients
   from diffsim.params import Param as Param
   from diffsim.rollout import DivergenceError as DivergenceError
@@ -103,3 +106,4 @@ if TYPE_CHECKING:
   from diffsim.trajopt import TrajectoryResult as TrajectoryResult
   from diffsim.trajopt import optimize_trajectory as optimize_trajectory
   from diffsim.video import write_video as write_video
+  from diffsim.viewer import view as view

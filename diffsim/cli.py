@@ -2,6 +2,7 @@
 
 Commands:
   sysid   identify model parameters from recorded trajectories (`diffsim.sysid.identify`).
+  view    play a saved trajectory of many worlds in the browser (`diffsim.viewer`).
 
 Each command is a `_add_<name>(subparsers)` function that registers its parser and sets
 `func(args) -> exit code`; add new commands the same way.
@@ -292,6 +293,31 @@ def _replay(mjm, rec, qpos0, qvel0):
   return np.array(out)
 
 
+def _add_view(sub) -> None:
+  p = sub.add_parser(
+    "view", help="play a saved trajectory of many worlds in the browser",
+    description="Serve a local web page that plays the worlds of a trajectory file (scrub time, play, show or hide "
+                "worlds); needs pip install \"diffsim[view]\".",
+    epilog="RESULT: an .npz of diffsim.viewer.save_trajectory, e.g. out/02_cartpole_swingup/trajectory.npz from "
+           "tutorial 02.")
+  p.add_argument("result", metavar="RESULT", help="trajectory file (.npz of diffsim.viewer.save_trajectory)")
+  p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+  p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: a free one)")
+  p.set_defaults(func=_run_view)
+
+
+def _run_view(args) -> int:
+  from .viewer import load_trajectory, serve
+
+  try:
+    mjm, qpos, dt, labels = load_trajectory(args.result)
+    serve(mjm, qpos, dt, host=args.host, port=args.port, labels=labels)
+  except (ValueError, OSError, ImportError) as e:
+    print(f"diffsim view: error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
     prog="diffsim", description="Differentiable MuJoCo Warp: system identification and trajectory optimization.")
@@ -300,6 +326,7 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--version", action="version", version=f"diffsim {__version__}")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND")
   _add_sysid(sub)
+  _add_view(sub)
   return parser
 
 

@@ -113,7 +113,7 @@ def tile(rgb: np.ndarray, *, labels: Sequence[str] | None = None, columns: int |
 
 
 def write_video(frames, path, fps: float | None = None, *, captions: Sequence[str] | None = None,
-                labels: bool | Sequence[str] = True, columns: int | None = None) -> str:
+                labels: bool | Sequence[str] = True, columns: int | None = None, still=None) -> str:
   """Writes frames of many worlds as one GIF or MP4, tiled in a grid; returns the path.
 
   Args:
@@ -126,8 +126,13 @@ def write_video(frames, path, fps: float | None = None, *, captions: Sequence[st
     labels: label each tile with its world index (and caption); or one label per world to use
       instead of "world i" (e.g. when the tiles come from several solvers).
     columns: tiles per row (default: a near-square grid).
+    still: also write the last tiled frame as a PNG here (e.g. for a README).
   """
   path = check_path(path)
+  if still is not None:
+    still = os.fspath(still)
+    if not still.lower().endswith(".png") or not os.path.isdir(os.path.dirname(os.path.abspath(still))):
+      raise ValueError(f"still {still!r}: a .png path in an existing folder")
   rgb, real_fps, worlds = _frames_array(frames)
   fps = real_fps if fps is None else float(fps)
   if fps is None:
@@ -154,9 +159,15 @@ def write_video(frames, path, fps: float | None = None, *, captions: Sequence[st
     else:
       _write_mp4(grid, partial, fps)
     os.replace(partial, path)
+    if still is not None:
+      from PIL import Image
+
+      Image.fromarray(grid[-1]).save(partial + ".png")
+      os.replace(partial + ".png", still)
   finally:
-    if os.path.exists(partial):
-      os.remove(partial)
+    for leftover in (partial, partial + ".png"):
+      if os.path.exists(leftover):
+        os.remove(leftover)
   return path
 
 
@@ -190,7 +201,7 @@ def _write_mp4(grid: np.ndarray, path: str, fps: float) -> None:
 
 def record(scene, traj, path, *, worlds=None, captions: Sequence[str] | None = None,
            labels: bool | Sequence[str] = True, camera=None, size=(320, 240), every: int = 1,
-           fps: float | None = None, columns: int | None = None, progress: bool = False) -> str:
+           fps: float | None = None, columns: int | None = None, still=None, progress: bool = False) -> str:
   """Renders a trajectory's worlds (`diffsim.render.render_trajectory`) and writes them as one video.
 
   The path (folder, extension, MP4 extra) is checked before anything is rendered. Arguments as in
@@ -202,7 +213,7 @@ def record(scene, traj, path, *, worlds=None, captions: Sequence[str] | None = N
   if captions is not None and worlds is not None and len(captions) != len(np.atleast_1d(worlds)):
     raise ValueError(f"{len(captions)} captions for {len(np.atleast_1d(worlds))} worlds: give one per world")
   frames = render_trajectory(scene, traj, worlds=worlds, camera=camera, size=size, every=every, progress=progress)
-  return write_video(frames, path, fps, captions=captions, labels=labels, columns=columns)
+  return write_video(frames, path, fps, captions=captions, labels=labels, columns=columns, still=still)
 
 
 def add_video_arguments(parser, *, name: str = "motion") -> None:

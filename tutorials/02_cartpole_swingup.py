@@ -6,7 +6,9 @@ several swings. Each world starts from a slightly different hanging state. The t
 from the same guess (no push) and read their gradients from the same differentiable rollout; iLQR
 also uses the rollout's step Jacobians as its dynamics model.
 
-  python tutorials/02_cartpole_swingup.py            # writes out/02_cartpole_swingup/ (plots, motion.gif)
+  python tutorials/02_cartpole_swingup.py            # writes out/02_cartpole_swingup/ (plots, motion.gif, its
+                                                     # last frame motion_last.png, trajectory.npz)
+  diffsim view out/02_cartpole_swingup/trajectory.npz   # plays them in the browser (pip install "diffsim[view]")
   python tutorials/02_cartpole_swingup.py --test     # 2 worlds, fewer iterations; checks every swing-up
   python tutorials/02_cartpole_swingup.py --test --video --video-size 80x60   # ... and the video's last frame
 """
@@ -120,7 +122,10 @@ def main(argv=None) -> int:
     errors = np.concatenate([np.abs(res.trajectory.qpos.numpy()[:, -1, 1] - np.pi) for res in results.values()])
     labels = [f"{method} world {w}" for method in results for w in range(problem.nworld)]
     diffsim.video.record(problem.scene, qpos, video, labels=labels, captions=[f"|angle-pi| {e:.2f}" for e in errors],
-                         size=video_size, every=2, columns=problem.nworld, progress=not args.test)
+                         size=video_size, every=2, columns=problem.nworld, progress=not args.test,
+                         still=os.path.join(out, "motion_last.png"))
+    # the same worlds for `diffsim view out/02_cartpole_swingup/trajectory.npz` (pip install "diffsim[view]")
+    diffsim.viewer.save_trajectory(os.path.join(out, "trajectory.npz"), problem.scene, qpos, labels=labels)
     path += f", {video}"
   print(f"02_cartpole_swingup: {problem.nworld} worlds, {problem.horizon} steps; " + "; ".join(summary)
         + f" (wrote {path})")
