@@ -438,11 +438,16 @@ def observe(scene, state=None, *, camera=None, size=(320, 240)) -> wp.array:
 
 
 def _trajectory_qpos(scene, traj) -> wp.array:
-  """The `(nworld, nstep + 1, nq)` qpos of a `Trajectory`, result with `.trajectory`, or array."""
+  """The `(nworld, nstep + 1, nq)` qpos of a `Trajectory`, a result with `.trajectory`, or an array."""
   source = traj
   if hasattr(traj, "trajectory") and not hasattr(traj, "qpos"):
-    traj = traj.trajectory  # TrajectoryResult, Rollout
+    traj = traj.trajectory  # TrajectoryResult
   qpos = getattr(traj, "qpos", traj)
+  for name, width in (("qvel", scene.nv), ("act", scene.na), ("sensordata", scene.nsensordata)):
+    arr = getattr(traj, name, None)  # a Trajectory's other widths must be this scene's too
+    if arr is not None and getattr(arr, "ndim", 0) == 3 and arr.shape[2] != width:
+      raise ValueError(f"trajectory {name} of shape {tuple(arr.shape)} is not this scene's ({name} width {width}): "
+                       f"was it made with another model?")
   if qpos is None:
     raise TypeError(f"expected a Trajectory (or a result holding one), got {type(source).__name__}")
   if not isinstance(qpos, wp.array):
@@ -469,7 +474,8 @@ def render_trajectory(scene, traj, *, worlds=None, camera=None, size=(320, 240),
 
   Args:
     scene: the `Scene` the trajectory was made in.
-    traj: a `Trajectory`, anything with `.trajectory` (`TrajectoryResult`, `Rollout`), or qpos
+    traj: a `Trajectory` (what `rollout` and `Rollout` return), a result with `.trajectory`
+      (`TrajectoryResult`), or qpos
       `(nworld, nstep + 1, nq)` (array-like or `wp.array`).
     worlds: trajectory world indices to show (default: all).
     camera: `None` for diffsim's camera tracking each world's centre of mass, or a model camera's name.

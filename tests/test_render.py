@@ -115,6 +115,9 @@ def test_bad_inputs_fail_before_rendering(cartpole, tmp_path):
   other = diffsim.Trajectory(*(wp.zeros((1, 3, n), dtype=float) for n in (7, 6, 0, 0)), wp.zeros((1, 2, 1)), 0.01)
   with pytest.raises(ValueError, match="another model"):
     render_trajectory(cartpole, other, size=SIZE)
+  same_nq = diffsim.Trajectory(*(wp.zeros((1, 3, n), dtype=float) for n in (2, 2, 0, 5)), wp.zeros((1, 2, 1)), 0.01)
+  with pytest.raises(ValueError, match="sensordata.*another model"):  # nq agrees, the sensors do not
+    render_trajectory(cartpole, same_nq, size=SIZE)
   with pytest.raises(ValueError, match="out of range"):
     render_trajectory(cartpole, qpos, worlds=[2], size=SIZE)
   with pytest.raises(ValueError, match="every"):
