@@ -120,7 +120,8 @@ def table(rows: list[dict]) -> str:
   gl = next((r for r in rows if "mujoco_fps" in r), None)
   name = f"`mujoco.Renderer` ({gl['gl']}, {gl['gl_renderer']}), world by world" if gl else "`mujoco.Renderer`"
   lines = [f"| model | worlds | pixels | diffsim (MJWarp ray tracer, {rows[0]['device']}): world-frames/s | "
-           f"ms per batch | {name}: world-frames/s | ratio |", "|---|---|---|---|---|---|---|"]
+           f"ms per state (all worlds) | {name}: world-frames/s | diffsim's rate / its |",
+           "|---|---|---|---|---|---|---|"]
   for r in rows:
     theirs = (f"{r['mujoco_fps']:.0f} | {r['speedup']:.2f}x" if "mujoco_fps" in r
               else f"not run: {r['gl_error']} | -")

@@ -25,8 +25,9 @@ def _screenshot(browser: str, url: str, path) -> np.ndarray:
   from PIL import Image
 
   # software WebGL (SwiftShader): no GPU needed; virtual time lets the page load and draw
-  p = subprocess.run([browser, "--headless=new", "--no-sandbox", "--use-angle=swiftshader", "--enable-unsafe-swiftshader",
-                      "--window-size=900,600", "--virtual-time-budget=15000", f"--screenshot={path}", url],
+  p = subprocess.run([browser, "--headless=new", "--no-sandbox", "--use-angle=swiftshader",
+                      "--enable-unsafe-swiftshader", "--window-size=900,600", "--virtual-time-budget=15000",
+                      f"--screenshot={path}", url],
                      capture_output=True, text=True, timeout=120)
   assert p.returncode == 0 and os.path.exists(path), p.stderr[-2000:]
   with Image.open(path) as im:
