@@ -164,6 +164,9 @@ def test_gif_tiles_worlds_in_real_time(cartpole, tmp_path):
   imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
   mp4 = write_video(frames, tmp_path / "motion.mp4", fps=25)
   reader = imageio_ffmpeg.read_frames(mp4)
-  meta = next(reader)
-  assert meta["fps"] == 25 and tuple(meta["size"]) == (2 * SIZE[0] + 2, SIZE[1])
-  assert sum(1 for _ in reader) == 9
+  try:
+    meta = next(reader)
+    assert meta["fps"] == 25 and tuple(meta["size"]) == (2 * SIZE[0] + 2, SIZE[1])
+    assert sum(1 for _ in reader) == 9
+  finally:
+    reader.close()
