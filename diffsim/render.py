@@ -34,7 +34,8 @@ import warp as wp
 from .mjmodel import UnknownNameError
 from .scene import available_memory, off_tape
 
-__all__ = ["Camera", "Frames", "render_trajectory", "observe", "MAX_SIZE", "TRACKING_CAMERA"]
+__all__ = ["Camera", "Frames", "RenderWarning", "render_trajectory", "observe", "trajectory_qpos", "check_size",
+           "camera_id", "MAX_SIZE", "TRACKING_CAMERA"]
 
 MAX_SIZE = 4096  # pixels, per side
 BACKGROUND = (0.16, 0.18, 0.22, 1.0)  # RGBA where no ray hits (MJWarp's skybox is off)
@@ -399,8 +400,6 @@ class RenderWarning(UserWarning):
   """Parts of a model (meshes, textures) the renderer draws differently or not at all; names them."""
 
 
-__all__.append("RenderWarning")
-
 
 def _state_qpos(state, nworld: int, nq: int, device) -> wp.array:
   qpos = getattr(state, "qpos", state)
@@ -437,8 +436,8 @@ def observe(scene, state=None, *, camera=None, size=(320, 240)) -> wp.array:
   return cam.observe(scene.data() if state is None else state)
 
 
-def _trajectory_qpos(scene, traj) -> wp.array:
-  """The `(nworld, nstep + 1, nq)` qpos of a `Trajectory`, a result with `.trajectory`, or an array."""
+def trajectory_qpos(scene, traj) -> wp.array:
+  """The `(nworld, nstep + 1, nq)` float32 qpos on the scene's device of a `Trajectory`, a result with `.trajectory`, or an array."""
   source = traj
   if hasattr(traj, "trajectory") and not hasattr(traj, "qpos"):
     traj = traj.trajectory  # TrajectoryResult
@@ -491,7 +490,7 @@ def render_trajectory(scene, traj, *, worlds=None, camera=None, size=(320, 240),
   width, height = check_size(size)
   if not isinstance(every, (int, np.integer)) or every < 1:
     raise ValueError(f"every must be a positive integer (keep every k-th state), got {every!r}")
-  qpos = _trajectory_qpos(scene, traj)
+  qpos = trajectory_qpos(scene, traj)
   ntraj, nstored = qpos.shape[0], qpos.shape[1]
   worlds = np.arange(ntraj) if worlds is None else np.atleast_1d(np.asarray(worlds))
   if worlds.ndim != 1 or worlds.size == 0 or not np.issubdtype(worlds.dtype, np.integer):

@@ -36,7 +36,7 @@ def save_trajectory(path, scene, traj, *, worlds=None, labels=None) -> str:
   """Writes what `diffsim view` plays: `qpos (nworld, nstep + 1, nq)`, the timestep, the model
   (MuJoCo's binary MJB, meshes included) and optional world labels in one `.npz` (temporary file,
   then renamed)."""
-  from .render import _trajectory_qpos
+  from .render import trajectory_qpos
 
   path = os.fspath(path)
   if not path.endswith(".npz"):
@@ -44,7 +44,7 @@ def save_trajectory(path, scene, traj, *, worlds=None, labels=None) -> str:
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise FileNotFoundError(f"trajectory file {path!r}: the folder {folder!r} does not exist; create it first")
-  qpos = _trajectory_qpos(scene, traj).numpy()
+  qpos = trajectory_qpos(scene, traj).numpy()
   if worlds is not None:
     qpos = qpos[np.asarray(worlds)]
   dt = getattr(traj, "dt", None) or getattr(getattr(traj, "trajectory", None), "dt", None) or scene.dt
@@ -285,9 +285,9 @@ def view(scene, traj, *, worlds=None, host: str = "127.0.0.1", port: int = 8080,
     play: start playing (else paused at the first state).
     block: serve until Ctrl-C (else return the `Viewer` at once; `close()` stops it).
   """
-  from .render import _trajectory_qpos
+  from .render import trajectory_qpos
 
-  qpos = _trajectory_qpos(scene, traj).numpy()
+  qpos = trajectory_qpos(scene, traj).numpy()
   if worlds is not None:
     qpos = qpos[np.asarray(worlds)]
   dt = getattr(traj, "dt", None) or getattr(getattr(traj, "trajectory", None), "dt", None) or scene.dt
