@@ -15,7 +15,8 @@ people edit. Blocks:
   - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
     with the command that produced it);
   - `tolerance`: the solver tolerance's table, from `tolerance_cpu.json` (`bench_tolerance.py`);
-  - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`).
+  - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`);
+  - `render`: diffsim's batched ray tracer vs `mujoco.Renderer`, from `render_cpu.json` (`bench_render.py`).
 
 Run `python -m benchmarks.readme` after storing new results to update README.md;
 `python -m benchmarks.readme --check` exits 1, printing the difference, when README.md disagrees
@@ -342,6 +343,13 @@ def startup(results: str) -> str:
           f"median of {rows['import diffsim']['repeats']} fresh processes each).")
 
 
+def rendering(results: str) -> str:
+  """World-frames per second of MJWarp's ray tracer beside `mujoco.Renderer` (`bench_render.py`)."""
+  from .bench_render import table
+
+  return table(_load(results, "render_cpu.json")) + "\n\n(`python -m benchmarks.bench_render`)"
+
+
 # name: (renderer, its sources under benchmarks/results)
 BLOCKS = {
   "gradients": (gradients, ("gradients_cpu.json", "contact_gradients_cpu.json")),
@@ -350,6 +358,7 @@ BLOCKS = {
   "distributed": (distributed, ("distributed_cpu.json",)),
   "tolerance": (tolerance, ("tolerance_cpu.json",)),
   "startup": (startup, ("cpu.json",)),
+  "render": (rendering, ("render_cpu.json",)),
 }
 
 

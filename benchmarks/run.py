@@ -21,6 +21,8 @@ reported as failed and the others still run):
   distributed  1 vs 2 Ray workers: gradient of 1,024 cart-pole worlds, iLQR on 64 SO-101 reach worlds,
                sysid of 64 recordings; bytes per call (needs diffsim[ray])
   startup      `import diffsim` and a whole `diffsim sysid` process (spring-mass, 500 samples), warm cache
+  render       world-frames/s of diffsim's batched ray tracer (MJWarp) vs `mujoco.Renderer` world by world,
+               1, 16 and 64 cart-pole worlds at 160x120 and 320x240
 
 Writes `benchmarks/results/<device>.json` and `<device>.md` after every section (temp file, then
 rename), so an interrupted run keeps the sections it finished.
@@ -39,7 +41,8 @@ import warp as wp
 
 from benchmarks import bench_rollout
 
-SECTIONS = ("rollout", "adjoint", "determinism", "mjx", "trajopt", "sysid", "contact", "distributed", "startup")
+SECTIONS = ("rollout", "adjoint", "determinism", "mjx", "trajopt", "sysid", "contact", "distributed", "startup",
+            "render")
 
 
 def _section(module: str, argv: list[str]):
@@ -113,12 +116,15 @@ def main(argv=None) -> dict:
     "contact": ("bench_contact_gradients", common[4:] + (["--quick"] if args.quick else [])),  # --out, --device
     "distributed": ("bench_distributed", common + (["--quick"] if args.quick else [])),
     "startup": ("bench_startup", ["--repeats", str(args.repeats)] + (["--quick"] if args.quick else [])),
+    "render": ("bench_render", common[2:] + (["--sizes", "2", "--resolutions", "32x24", "--nframe", "3"]
+                                             if args.quick else [])),
   }
   titles = {"rollout": "Rollout and gradient throughput", "adjoint": "Analytic adjoint: gradient / forward",
             "determinism": "Determinism", "mjx": "mjx", "trajopt": "trajopt", "sysid": "sysid",
             "contact": "Gradients through contact (MJWarp test models)",
             "distributed": "Scale-out with Ray (1 vs 2 workers)",
-            "startup": "Start-up (import, a whole diffsim sysid process)"}
+            "startup": "Start-up (import, a whole diffsim sysid process)",
+            "render": "Rendering (MJWarp's batched ray tracer vs mujoco.Renderer)"}
 
   def markdown() -> list[str]:
     md = []
@@ -163,7 +169,7 @@ def _text(name: str, rows) -> str:
     return bench_rollout.determinism_table(rows)
   module = {"rollout": "bench_rollout", "adjoint": "bench_adjoint", "mjx": "bench_mjx", "trajopt": "bench_trajopt",
             "sysid": "bench_sysid", "contact": "bench_contact_gradients", "distributed": "bench_distributed",
-            "startup": "bench_startup"}[name]
+            "startup": "bench_startup", "render": "bench_render"}[name]
   return importlib.import_module(f"benchmarks.{module}").table(rows)
 
 

@@ -14,12 +14,17 @@ __version__ = "0.1.0"
 
 # submodules, and public names with the module that defines them
 _SUBMODULES = ("adjoint", "cli", "data", "distributed", "gradcheck", "graph", "interop", "joints", "kernels", "lerobot",
-               "losses", "optim", "params", "plot", "scene", "step", "sysid", "trajopt", "usd")
+               "losses", "optim", "params", "plot", "render", "scene", "step", "sysid", "trajopt", "usd", "video",
+               "viewer")
 _NAMES = {
   "check_gradients": "gradcheck",
   "Param": "params",
   "DivergenceError": "rollout",
   "GradientWarning": "rollout",
+  "Camera": "render",
+  "Frames": "render",
+  "observe": "render",
+  "render_trajectory": "render",
   "Rollout": "rollout",
   "Trajectory": "rollout",
   "check_switches": "rollout",
@@ -33,6 +38,8 @@ _NAMES = {
   "TrajectoryProblem": "trajopt",
   "TrajectoryResult": "trajopt",
   "optimize_trajectory": "trajopt",
+  "write_video": "video",
+  "view": "viewer",
 }
 __all__ = [*_SUBMODULES, *_NAMES, "__version__"]
 
@@ -73,11 +80,18 @@ if TYPE_CHECKING:
   from diffsim import losses as losses
   from diffsim import optim as optim
   from diffsim import sysid as sysid
+  from diffsim import render as render
   from diffsim import usd as usd
+  from diffsim import video as video
+  from diffsim import viewer as viewer
   from diffsim.gradcheck import check_gradients as check_gradients
   from diffsim.params import Param as Param
   from diffsim.rollout import DivergenceError as DivergenceError
   from diffsim.rollout import GradientWarning as GradientWarning
+  from diffsim.render import Camera as Camera
+  from diffsim.render import Frames as Frames
+  from diffsim.render import observe as observe
+  from diffsim.render import render_trajectory as render_trajectory
   from diffsim.rollout import Rollout as Rollout
   from diffsim.rollout import Trajectory as Trajectory
   from diffsim.rollout import check_switches as check_switches
@@ -91,3 +105,5 @@ if TYPE_CHECKING:
   from diffsim.trajopt import TrajectoryProblem as TrajectoryProblem
   from diffsim.trajopt import TrajectoryResult as TrajectoryResult
   from diffsim.trajopt import optimize_trajectory as optimize_trajectory
+  from diffsim.video import write_video as write_video
+  from diffsim.viewer import view as view

@@ -2,6 +2,7 @@
 
 Commands:
   sysid   identify model parameters from recorded trajectories (`diffsim.sysid.identify`).
+  view    play a saved trajectory of many worlds in the browser (`diffsim.viewer`).
 
 Each command is a `_add_<name>(subparsers)` function that registers its parser and sets
 `func(args) -> exit code`; add new commands the same way.
@@ -141,6 +142,10 @@ def _add_sysid(sub) -> None:
                  help="join the Ray cluster at HOST:PORT (`ray start --head` prints it) instead of a local one")
   p.add_argument("--out", "-o", default="out", metavar="OUTDIR", help="output folder (default out/)")
   p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+  p.add_argument("--video", action="store_true",
+                 help="also write OUTDIR/replay.gif: each recording (up to 4) beside its replay with the initial "
+                      "and the identified model (MuJoCo C, the recorded controls)")
+  p.add_argument("--video-size", default="240x180", metavar="WxH", help="pixels per tile (default 240x180)")
   p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
   p.add_argument("--verbose", "-v", action="store_true", help="show Warp's initialization and kernel-loading logs")
   p.set_defaults(func=_run_sysid)
@@ -165,6 +170,17 @@ def _run_sysid(args) -> int:
     return 2
   from . import lerobot
 
+  if args.video:
+    try:
+      from .video import check_path, video_options
+
+      os.makedirs(args.out, exist_ok=True)
+      args.video_name, args.video_format = "replay", "gif"
+      check_path(os.path.join(args.out, "replay.gif"))
+      video_options(args, args.out)  # the size, checked before the solve
+    except (ValueError, OSError, ImportError) as e:
+      print(f"diffsim sysid: error: {e}", file=sys.stderr)
+      return 2
   caught: list = []
   try:
     with warnings.catch_warnings(record=True) as caught:
@@ -216,10 +232,90 @@ def _run_sysid(args) -> int:
     print(f"diffsim sysid: error: the solve finished (above) but writing {args.out} failed: {res.save_error}",
           file=sys.stderr)
     return 3
-  print(res.summary() + f"; wrote {os.path.join(args.out, 'params.json')}")
+  wrote = os.path.join(args.out, "params.json")
+  if args.video and res.signals is None:
+    print("warning: no video: the solve kept no recordings to replay", file=sys.stderr)
+  elif args.video:
+    wrote += ", " + _replay_video(args, res)
+  print(res.summary() + f"; wrote {wrote}")
   if not res.success:  # why, and what to try (the summary says only that it did not converge)
     print(f"diffsim sysid: {res.message.split('; warning: ')[0]}", file=sys.stderr)
   return 0 if res.success else 1
+
+
+def _replay_video(args, res) -> str:
+  """Writes OUTDIR/replay.gif: per recording (up to 4), its recorded motion (where qpos was recorded) and
+  the recorded controls replayed in MuJoCo C from its initial state with the initial and the identified
+  model, at the recording's sample times. Returns the path."""
+  import mujoco
+  import numpy as np
+
+  from .scene import Scene, load_mjmodel
+  from .video import record, video_options
+
+  path, size = video_options(args, args.out)
+  initial = load_mjmodel(args.model)
+  identified = mujoco.MjModel.from_xml_path(os.path.join(args.out, "model.xml"))
+  recs = res.signals.recordings[:4]
+  rows, labels = [], []
+  for i, rec in enumerate(recs):
+    replays = {"initial": initial, "identified": identified}
+    if rec.qpos is not None:
+      rows.append(rec.qpos)
+      labels.append(f"recording {i}")
+    for name, model in replays.items():
+      rows.append(_replay(model, rec, res.initial_qpos[i], res.initial_qvel[i]))
+      labels.append(f"{name} model, rec. {i}")
+  nsample = min(len(r) for r in rows)
+  qpos = np.stack([r[:nsample] for r in rows]).astype(np.float32)
+  fps = 1.0 / float(np.median(np.diff(recs[0].time)))
+  scene = Scene.from_xml(args.model, nworld=1, device=args.device)
+  return record(scene, qpos, path, labels=labels, size=size, fps=fps, columns=len(rows) // len(recs))
+
+
+def _replay(mjm, rec, qpos0, qvel0):
+  """`(T, nq)` qpos at the recording's sample times: its controls held between samples, stepped in MuJoCo C."""
+  import mujoco
+  import numpy as np
+
+  d = mujoco.MjData(mjm)
+  d.qpos[:], d.qvel[:] = qpos0, qvel0
+  mujoco.mj_forward(mjm, d)
+  out = [d.qpos.copy()]
+  t = rec.time[0]
+  for k in range(1, len(rec.time)):
+    if rec.ctrl is not None:
+      d.ctrl[:] = rec.ctrl[k - 1]
+    for _ in range(max(1, int(round((rec.time[k] - t) / mjm.opt.timestep)))):
+      mujoco.mj_step(mjm, d)
+    t = rec.time[k]
+    out.append(d.qpos.copy())
+  return np.array(out)
+
+
+def _add_view(sub) -> None:
+  p = sub.add_parser(
+    "view", help="play a saved trajectory of many worlds in the browser",
+    description="Serve a local web page that plays the worlds of a trajectory file (scrub time, play, show or hide "
+                "worlds); needs pip install \"diffsim[view]\".",
+    epilog="RESULT: an .npz of diffsim.viewer.save_trajectory, e.g. out/02_cartpole_swingup/trajectory.npz from "
+           "tutorial 02.")
+  p.add_argument("result", metavar="RESULT", help="trajectory file (.npz of diffsim.viewer.save_trajectory)")
+  p.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+  p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: a free one)")
+  p.set_defaults(func=_run_view)
+
+
+def _run_view(args) -> int:
+  from .viewer import load_trajectory, serve
+
+  try:
+    mjm, qpos, dt, labels = load_trajectory(args.result)
+    serve(mjm, qpos, dt, host=args.host, port=args.port, labels=labels)
+  except (ValueError, OSError, ImportError) as e:
+    print(f"diffsim view: error: {e}", file=sys.stderr)
+    return 2
+  return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -230,6 +326,7 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--version", action="version", version=f"diffsim {__version__}")
   sub = parser.add_subparsers(dest="command", metavar="COMMAND")
   _add_sysid(sub)
+  _add_view(sub)
   return parser
 
 

@@ -249,6 +249,7 @@ class Scene:
     # what the layers above build for this scene and keep with it: `params.ModelRows` (which fields
     # hold per-world rows), `rollout()`'s Rollouts; dropped with the scene
     self.memo: dict = {}
+    self.source = None  # the MJCF path or string or the MjSpec it was built from (`from_xml`); None for an MjModel
 
   @classmethod
   def from_xml(cls, model, *, nworld: int, device=None, solver: SolverSettings | None = None,
@@ -265,7 +266,10 @@ class Scene:
     mjm = load_mjmodel(model)
     if isinstance(model, mujoco.MjModel):
       mjm = copy_mjmodel(mjm)
-    return cls(mjm, nworld=nworld, device=device, solver=solver, nconmax=nconmax, njmax=njmax)
+    scene = cls(mjm, nworld=nworld, device=device, solver=solver, nconmax=nconmax, njmax=njmax)
+    # what the model was built from (not a compiled MjModel): `diffsim.render` adds its camera to it
+    scene.source = None if isinstance(model, mujoco.MjModel) else model
+    return scene
 
   @classmethod
   def from_usd(cls, path, *, nworld: int = 1, device=None, importer: str = "auto", solver: SolverSettings | None = None,

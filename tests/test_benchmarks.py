@@ -153,3 +153,17 @@ def test_gpu_check_script_runs_on_cpu_at_tiny_size(tmp_path):
   rows = json.loads((tmp_path / "rollout_cpu.json").read_text())["rows"]
   assert sorted({r["model"] for r in rows}) == ["cartpole", "so101"] and sorted({r["nworld"] for r in rows}) == [1, 2]
   assert "collected" in (tmp_path / "gpu_tests.txt").read_text()  # the GPU tests exist (collected, not run)
+
+
+def test_bench_render_runs_tiny(tmp_path):
+  """The rendering comparison's rows (rates are for benchmarks/, not asserted): both renderers drew the
+  frames, or the row says why `mujoco.Renderer` could not run here."""
+  from benchmarks import bench_render
+
+  rows = bench_render.main(["--device", "cpu", "--sizes", "2", "--resolutions", "32x24", "--nframe", "3",
+                            "--repeats", "1", "--out", str(tmp_path)])
+  assert json.loads((tmp_path / "render_cpu.json").read_text()) == rows
+  (row,) = rows
+  assert (row["model"], row["nworld"], row["width"], row["height"]) == ("cartpole", 2, 32, 24)
+  assert row["diffsim_fps"] > 0 and (row.get("mujoco_fps", 0) > 0 or row["gl_error"])
+  assert "| cartpole | 2 | 32x24 |" in bench_render.table(rows)

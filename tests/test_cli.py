@@ -119,6 +119,37 @@ def test_sysid_end_to_end(files, capsys, jacobian):
   assert "sysid" in captured.err  # the progress bar
 
 
+def test_sysid_video_replays_the_recordings_with_both_models(files, capsys):
+  from PIL import Image
+
+  out = files / "out_video"
+  code = cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), str(files / "run1.npz"),
+                   "--param", "body_mass:pole", "--param", "dof_damping:hinge", "--device", "cpu", "--maxiter", "15",
+                   "--out", str(out), "--no-plots", "--quiet", "--video", "--video-size", "48x36"])
+  captured = capsys.readouterr()
+  assert code == 0, captured.err
+  assert "replay.gif" in captured.out
+  with Image.open(out / "replay.gif") as gif:
+    # recorded | initial model | identified model, one row per recording (101 samples at 0.01 s: 50 fps)
+    assert gif.size == (3 * 48 + 2 * 2, 2 * 36 + 2) and gif.n_frames == 51
+    frames = []
+    for i in range(gif.n_frames):
+      gif.seek(i)
+      frames.append(np.asarray(gif.convert("RGB")).astype(int))
+  # the pendulum's pixels in a tile, above its label (those differing from the background colour)
+  rod = lambda f, r, c: np.abs(f[r * 38:r * 38 + 24, c * 50:c * 50 + 48] - f[0, 0]).sum(axis=2) > 30
+  overlap = lambda a, b: (a & b).sum() / max((a | b).sum(), 1)
+  for r in range(2):
+    # the identified model's replay moves as the recording does; the initial model's drifts away
+    assert all(rod(f, r, 0).sum() > 10 for f in frames)
+    identified = np.mean([overlap(rod(f, r, 2), rod(f, r, 0)) for f in frames])
+    initial = np.mean([overlap(rod(f, r, 1), rod(f, r, 0)) for f in frames])
+    assert identified > 0.95 and initial < 0.75, (identified, initial)
+  assert cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), "--param", "body_mass:pole",
+                   "--out", str(out), "--video", "--video-size", "0x36"]) == 2
+  assert "size" in capsys.readouterr().err
+
+
 def test_failed_write_after_the_solve_exits_3(files, capsys):
   """The solve's summary is still printed, and the exit code tells a script the files are incomplete."""
   out = files / "out_failed"

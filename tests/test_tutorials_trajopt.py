@@ -27,12 +27,17 @@ def _load(name: str):
   ("04_so101_throw.py", "04_so101_throw/throw.png"),  # 4 throws land within 2 cm of their targets
 ])
 def test_tutorial(tmp_path, capsys, name, figure):
-  code = _load(name).main(["--test", "--device", DEVICE, "--out", str(tmp_path)])
+  # tutorials 02 and 03 also write their videos (small); 02 checks its last frame: every pole upright
+  video = {"02": ["--video", "--video-size", "80x60"],
+           "03": ["--video", "--video-size", "64x48", "--video-worlds", "4"]}.get(name[:2], [])
+  code = _load(name).main(["--test", "--device", DEVICE, "--out", str(tmp_path), *video])
   out = capsys.readouterr().out
   assert code == 0, out
   assert "test passed" in out, out
   assert out.strip().splitlines()[-2].startswith(name[:-3] + ":")  # the one-line result
   assert (tmp_path / figure).stat().st_size > 10_000
+  if video:
+    assert (tmp_path / os.path.dirname(figure) / "motion.gif").stat().st_size > 10_000
 
 
 def test_so101_reach_2048_worlds(tmp_path, capsys):
@@ -41,7 +46,7 @@ def test_so101_reach_2048_worlds(tmp_path, capsys):
   # 173 s and 3.5 GB on a 2-core CPU)
   code = _load("03_so101_reach.py").main(["--device", DEVICE, "--out", str(tmp_path), "--nworld", "2048",
                                           "--duration", "0.15", "--timestep", "0.01", "--iters", "5",
-                                          "--target-spread", "0.25", "--min-success", "0.95"])
+                                          "--target-spread", "0.25", "--min-success", "0.95", "--no-video"])
   out = capsys.readouterr().out
   assert code == 0 and "test passed" in out, out
   assert "2048 worlds" in out

@@ -6,8 +6,11 @@ several swings. Each world starts from a slightly different hanging state. The t
 from the same guess (no push) and read their gradients from the same differentiable rollout; iLQR
 also uses the rollout's step Jacobians as its dynamics model.
 
-  python tutorials/02_cartpole_swingup.py            # writes out/02_cartpole_swingup/
+  python tutorials/02_cartpole_swingup.py            # writes out/02_cartpole_swingup/ (plots, motion.gif, its
+                                                     # last frame motion_last.png, trajectory.npz)
+  diffsim view out/02_cartpole_swingup/trajectory.npz   # plays them in the browser (pip install "diffsim[view]")
   python tutorials/02_cartpole_swingup.py --test     # 2 worlds, fewer iterations; checks every swing-up
+  python tutorials/02_cartpole_swingup.py --test --video --video-size 80x60   # ... and the video's last frame
 """
 
 from __future__ import annotations
@@ -41,6 +44,27 @@ def swingup_problem(*, nworld: int, horizon: float, device=None) -> diffsim.Traj
   return diffsim.TrajectoryProblem(scene, cost, horizon=round(horizon / scene.dt), qpos0=qpos0)
 
 
+def pole_above_cart(video: str, *, rows: int, columns: int, size: tuple[int, int], gap: int = 2,
+                    frame: int = -1) -> list[bool]:
+  """Per tile of a frame of the video (default: the last): whether the pole's pixels (orange) lie
+  above the cart's (blue)."""
+  from PIL import Image
+
+  with Image.open(video) as movie:
+    movie.seek(frame % movie.n_frames)
+    frame = np.asarray(movie.convert("RGB")).astype(int)
+  width, height = size
+  upright = []
+  for tile in range(rows * columns):
+    r, c = divmod(tile, columns)
+    rgb = frame[r * (height + gap):r * (height + gap) + height, c * (width + gap):c * (width + gap) + width]
+    red, green, blue = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    pole = np.nonzero((red > blue + 60) & (red > green + 20))[0]  # orange, lit or in shade; image rows
+    cart = np.nonzero(blue > red + 60)[0]  # blue
+    upright.append(bool(pole.size and cart.size and pole.mean() < cart.mean() - 0.05 * height))
+  return upright
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--device", default=None, help="Warp device (default: cuda:0 if available, else cpu)")
@@ -49,6 +73,7 @@ def main(argv=None) -> int:
   parser.add_argument("--test", action="store_true", help="2 worlds, fewer iterations; checks each swing-up")
   parser.add_argument("--nworld", type=int, default=4)
   parser.add_argument("--horizon", type=float, default=2.0, help="s")
+  diffsim.video.add_video_arguments(parser)
   args = parser.parse_args(argv)
   iters = {m: args.iters or n for m, n in ITERS.items()}
   if args.test:
@@ -62,14 +87,15 @@ def main(argv=None) -> int:
   import warp as wp
 
   wp.config.log_level = wp.LOG_WARNING  # no kernel-loading logs between the results
+  out = os.path.join(args.out, "02_cartpole_swingup")
+  os.makedirs(out, exist_ok=True)
+  video, video_size = diffsim.video.video_options(args, out)  # checked before anything runs
   problem = swingup_problem(nworld=args.nworld, horizon=args.horizon, device=args.device)
   results = {}
   for method in ("ilqr", "lbfgs", "adam"):
     results[method] = diffsim.optimize_trajectory(problem, method, maxiter=iters[method], progress=not args.test,
                                                   options=OPTIONS[method])
 
-  out = os.path.join(args.out, "02_cartpole_swingup")
-  os.makedirs(out, exist_ok=True)
   fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
   summary = []
   for method, res in results.items():
@@ -90,6 +116,17 @@ def main(argv=None) -> int:
   path = os.path.join(out, "swingup.png")
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  if video:
+    # one row per solver, one column per world: every optimized motion, played in real time
+    qpos = np.concatenate([res.trajectory.qpos.numpy() for res in results.values()])
+    errors = np.concatenate([np.abs(res.trajectory.qpos.numpy()[:, -1, 1] - np.pi) for res in results.values()])
+    labels = [f"{method} world {w}" for method in results for w in range(problem.nworld)]
+    diffsim.video.record(problem.scene, qpos, video, labels=labels, captions=[f"|angle-pi| {e:.2f}" for e in errors],
+                         size=video_size, every=2, columns=problem.nworld, progress=not args.test,
+                         still=os.path.join(out, "motion_last.png"))
+    # the same worlds for `diffsim view out/02_cartpole_swingup/trajectory.npz` (pip install "diffsim[view]")
+    diffsim.viewer.save_trajectory(os.path.join(out, "trajectory.npz"), problem.scene, qpos, labels=labels)
+    path += f", {video}"
   print(f"02_cartpole_swingup: {problem.nworld} worlds, {problem.horizon} steps; " + "; ".join(summary)
         + f" (wrote {path})")
   if args.test:
@@ -100,6 +137,11 @@ def main(argv=None) -> int:
       for traj in (res.trajectory.numpy(), problem.replay_mujoco(res.x)):
         upright = np.abs(traj["qpos"][:, -1, 1] - np.pi) < 0.1
         ok &= bool(np.all(upright) and np.all(np.abs(traj["qvel"][:, -1, 1]) < 0.5))
+    if video:
+      # the video's last frame, as written: in every tile the pole (orange) stands above the cart (blue);
+      # in the first, where every pole hangs, in none
+      tiles = dict(rows=len(results), columns=problem.nworld, size=video_size)
+      ok &= all(pole_above_cart(video, **tiles)) and not any(pole_above_cart(video, frame=0, **tiles))
     print("test", "passed" if ok else "FAILED")
     return 0 if ok else 1
   return 0

@@ -9,6 +9,7 @@ kernel into the sensors, and the rollout's adjoint carries it into the arm's con
 updates.
 
   python tutorials/04_so101_throw.py             # 64 worlds at the model's 2 ms step; writes out/04_so101_throw/
+                                                 # (plots, motion.gif of the swings; --no-video: none)
   python tutorials/04_so101_throw.py --test      # 4 worlds, 10 ms steps; checks the landings
 """
 
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
   parser.add_argument("--duration", type=float, default=0.4, help="s of swing before the release")
   parser.add_argument("--timestep", type=float, default=None, help="s (default: the model's, 0.002)")
   parser.add_argument("--lr", type=float, default=0.03, help="Adam step, rad")
+  diffsim.video.add_video_arguments(parser)
   args = parser.parse_args(argv)
   if args.test:
     args.nworld, args.timestep, args.iters = 4, 0.01, 80
@@ -123,6 +125,9 @@ def main(argv=None) -> int:
   import matplotlib.pyplot as plt
 
   wp.config.log_level = wp.LOG_WARNING  # no kernel-loading logs between the results
+  out = os.path.join(args.out, "04_so101_throw")
+  os.makedirs(out, exist_ok=True)
+  video, video_size = diffsim.video.video_options(args, out)  # checked before anything runs
   problem, flight, targets = throw_problem(nworld=args.nworld, duration=args.duration, timestep=args.timestep,
                                            device=args.device)
   res = diffsim.optimize_trajectory(problem, "adam", maxiter=args.iters, progress=not args.test,
@@ -142,8 +147,6 @@ def main(argv=None) -> int:
     x = x + v * FLIGHT_DT
   miss_c = np.linalg.norm(x - targets, axis=1)
 
-  out = os.path.join(args.out, "04_so101_throw")
-  os.makedirs(out, exist_ok=True)
   fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
   for w in range(min(args.nworld, 6)):
     horiz = lambda p: np.hypot(p[..., 0], p[..., 1])  # distance from the base axis
@@ -160,6 +163,13 @@ def main(argv=None) -> int:
   path = os.path.join(out, "throw.png")
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  if video:
+    # the swings up to the release (the ball's flight is computed outside the model), at most 16 worlds
+    shown = np.arange(min(args.nworld, 16))
+    diffsim.video.record(problem.scene, res, video, worlds=shown, size=video_size,
+                         every=max(1, round(1 / (50 * problem.scene.dt))),
+                         captions=[f"lands {100 * miss[w]:.1f} cm off" for w in shown], progress=not args.test)
+    path += f", {video}"
   print(f"04_so101_throw: {args.nworld} worlds, {args.duration} s swing ({problem.horizon} steps of "
         f"{problem.scene.dt} s), release at {np.median(speed):.2f} m/s (median): landing error median "
         f"{100 * np.median(miss):.2f} cm, max {100 * miss.max():.2f} cm, {int(np.sum(miss < 0.02))}/{args.nworld} "
