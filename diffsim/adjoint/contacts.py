@@ -95,6 +95,7 @@ def _contact_locals(
   nacon: wp.array[int],
   xpos: wp.array2d[wp.vec3],
   xmat: wp.array2d[wp.mat33],
+  geom_xpos: wp.array2d[wp.vec3],
   geom_xmat: wp.array2d[wp.mat33],
   contact_dist: wp.array[float],
   contact_pos: wp.array[wp.vec3],
@@ -110,7 +111,8 @@ def _contact_locals(
   local2_out: wp.array[wp.vec3],  # a point fixed in body 2's frame
   radius_out: wp.array[wp.vec2],  # geoms' rounding (sphere, capsule radius; 0 otherwise)
   frame_out: wp.array[wp.mat33],  # contact frame in the face body's frame (_ROUND: the world frame)
-  axis2_out: wp.array[wp.vec3],  # _FACE1 with geom 2 a cylinder touching with its side or rim: its axis
+  axis1_out: wp.array[wp.vec3],  # _ROUND: geom 1 a capsule whose core point slides along its axis: the axis
+  axis2_out: wp.array[wp.vec3],  # _FACE1, geom 2 a cylinder on its side or rim; _ROUND, as axis1_out: its axis
   tangent_out: wp.array[wp.vec3],  # plane-capsule: the capsule's axis in body 2's frame, or a fixed tangent
   tmode_out: wp.array[int],  # tangents: _MAKE_FRAME (from the normal), _CAPSULE_AXIS or _FIXED
 ):
@@ -153,15 +155,40 @@ def _contact_locals(
     # edge of the other touches that face)
     t2 = geom_type[g[1]]
     di = w % geom_dataid.shape[0]
-    a1 = _face_alignment(t1, geom_dataid[di, g[0]], geom_xmat[w, g[0]], n, mesh_polyadr, mesh_polynum,
-                         mesh_polynormal)
-    a2 = _face_alignment(t2, geom_dataid[di, g[1]], geom_xmat[w, g[1]], -n, mesh_polyadr, mesh_polynum,
-                         mesh_polynormal)
-    if a2 > a1:
+    face1 = _face_alignment(t1, geom_dataid[di, g[0]], geom_xmat[w, g[0]], n, mesh_polyadr, mesh_polynum,
+                            mesh_polynormal)
+    face2 = _face_alignment(t2, geom_dataid[di, g[1]], geom_xmat[w, g[1]], -n, mesh_polyadr, mesh_polynum,
+                            mesh_polynormal)
+    if face2 > face1:
       mode = _FACE2
-  mode_out[c] = mode
-  axis2_out[c] = wp.vec3(0.0)
   core2 = p2 + r2 * n
+  if mode == _ROUND and dist + r1 + r2 < 1.0e-6 * (r1 + r2):
+    # coincident core points: the normal joining them is undefined (MJWarp picks one); keep MJWarp's,
+    # turning with body 1, as a face
+    mode = _FACE1
+  mode_out[c] = mode
+  axis1_out[c] = wp.vec3(0.0)
+  axis2_out[c] = wp.vec3(0.0)
+  if mode == _ROUND:
+    # a capsule's core point is the point of its segment closest to the other core: it slides along the
+    # axis unless it is an end of the segment (then it is rigid on the body)
+    core1 = p1 - r1 * n
+    if t1 == _CAPSULE:
+      a1 = wp.vec3(geom_xmat[w, g[0]][0, 2], geom_xmat[w, g[0]][1, 2], geom_xmat[w, g[0]][2, 2])
+      half1 = geom_size[w % geom_size.shape[0], g[0]][1]
+      if wp.abs(wp.dot(core1 - geom_xpos[w, g[0]], a1)) < half1 * (1.0 - 1.0e-5):
+        axis1_out[c] = wp.transpose(R1) @ a1
+    if geom_type[g[1]] == _CAPSULE:
+      a2 = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
+      half2 = geom_size[w % geom_size.shape[0], g[1]][1]
+      slides = wp.abs(wp.dot(core2 - geom_xpos[w, g[1]], a2)) < half2 * (1.0 - 1.0e-5)
+      if t1 == _CAPSULE and wp.length_sq(axis1_out[c]) == 0.0:
+        # parallel capsules touch where one's segment end meets the other's side: that side slides
+        a1 = wp.vec3(geom_xmat[w, g[0]][0, 2], geom_xmat[w, g[0]][1, 2], geom_xmat[w, g[0]][2, 2])
+        if wp.abs(wp.dot(a1, a2)) > 1.0 - 1.0e-6:
+          slides = True
+      if slides:
+        axis2_out[c] = wp.transpose(R2) @ a2
   if mode == _FACE1 and geom_type[g[1]] == _CYLINDER:
     # a cylinder's side or rim: the contact point is its lowest point around the axis (it stays put when
     # the cylinder rolls), unless the normal runs along the axis (a flat face: a rigid rim point)
@@ -209,6 +236,7 @@ def _contact_geometry(
   local2: wp.array[wp.vec3],
   radius: wp.array[wp.vec2],
   frame_local: wp.array[wp.mat33],
+  axis1: wp.array[wp.vec3],
   axis2: wp.array[wp.vec3],
   tangent: wp.array[wp.vec3],
   tmode: wp.array[int],
@@ -251,6 +279,24 @@ def _contact_geometry(
     dist_out[c] = dist
     pos_out[c] = p1 + 0.5 * dist * n
   else:
+    # capsules' core points slide along their axes (the segments' closest points; see _contact_locals)
+    s1 = wp.length_sq(axis1[c]) > 0.0
+    s2 = wp.length_sq(axis2[c]) > 0.0
+    a1 = R1 @ axis1[c]
+    a2 = R2 @ axis2[c]
+    if s1 and s2:
+      # two lines: the closest points (not parallel: MJWarp's parallel capsules touch at segment ends)
+      w0 = q1 - q2
+      cab = wp.dot(a1, a2)
+      den = wp.max(1.0 - cab * cab, 1.0e-12)
+      e1 = wp.dot(a1, w0)
+      e2 = wp.dot(a2, w0)
+      q1 = q1 + ((cab * e2 - e1) / den) * a1
+      q2 = q2 + ((e2 - cab * e1) / den) * a2
+    elif s1:
+      q1 = q1 + wp.dot(q2 - q1, a1) * a1
+    elif s2:
+      q2 = q2 + wp.dot(q1 - q2, a2) * a2
     d = q2 - q1
     n = wp.normalize(d)
     dist = wp.length(d) - r[0] - r[1]
@@ -528,7 +574,8 @@ class ContactRows:
     self.active = z(nc, int)
     self.mode, self.radius = z(nc, int), z(nc, wp.vec2)
     self.local1, self.local2, self.frame_local = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, wp.mat33)
-    self.axis2, self.tangent, self.tmode = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, int)
+    self.axis1, self.axis2 = z(nc, wp.vec3), z(nc, wp.vec3)
+    self.tangent, self.tmode = z(nc, wp.vec3), z(nc, int)
     pos, frame, dist = arr(nc, wp.vec3), arr(nc, wp.mat33), arr(nc)
     self.J = arr((nc, MAX_CONTACT_ROWS, nv))
     Jv, Ja = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS))
@@ -546,7 +593,7 @@ class ContactRows:
                      [friction])
     program.launch("step", _contact_geometry, nc,
                    [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
-                    self.frame_local, self.axis2, self.tangent, self.tmode, xpos, xmat],
+                    self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, xpos, xmat],
                    [pos, frame, dist])
     program.launch("step", _contact_jacobian, rows,
                    [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, friction, self.active, pos,
@@ -571,10 +618,11 @@ class ContactRows:
     c = d.contact
     wp.launch(_contact_locals, dim=self.nc, device=s.device,
               inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
-                      s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat, d.geom_xmat, c.dist,
+                      s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat,
+                      d.geom_xpos, d.geom_xmat, c.dist,
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
-              outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis2,
-                       self.tangent, self.tmode])
+              outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis1,
+                       self.axis2, self.tangent, self.tmode])
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
