@@ -12,7 +12,8 @@ What stays a function of `q` is rebuilt in differentiable kernels from the repla
     other geom's feature (a box corner or mesh vertex, a sphere's centre or capsule's core point, a
     cylinder's lowest rim point around its axis) moves with its own body, and
     `dist = n . (p_feature - p_anchor)` less the feature's rounding radius;
-  - round (`_ROUND`): two spheres or capsules: the normal joins their core points.
+  - round (`_ROUND`): two spheres or capsules: the normal joins their core points, a capsule's
+    sliding along its segment (the segments' closest points) unless it is a segment end.
 
 The contact point is the witness points' midpoint and the tangents are `make_frame(n)`, except
 plane-capsule's, which follow the capsule's axis, as MJWarp's do. At the nominal `q` these equal
