@@ -2,7 +2,8 @@
 
 Models (issue 12): cart-pole, the SO-101 with contacts disabled (joint limits and dof friction stay),
 MJWarp's test humanoid with contacts disabled (free root, 21 limited hinges), and the same humanoid with
-its contacts, standing on its floor at the start (issue 26: contact rows in the adjoint). `nstep` steps from
+its contacts, standing on its floor at the start, and the SO-101 pick scene (the arm and a cube resting on
+the floor; issue 26: contact rows in the adjoint). `nstep` steps from
 `qpos0` at rest with fixed controls in the middle of their ranges; loss = sum of squares of the final
 `qpos`; gradient d(loss)/d(ctrl). For each model and world count, timed alternately (so that load
 from other processes hits every column alike), each a captured graph replayed:
@@ -75,11 +76,20 @@ def _humanoid_standing() -> mujoco.MjModel:
   return mjm
 
 
+def _pick_scene() -> mujoco.MjModel:
+  """The SO-101 pick scene (the arm and a cube on the floor: the cube's corners in contact), its noslip
+  solver off (the adjoint does not cover it)."""
+  spec = mujoco.MjSpec.from_file(diffsim.asset_path("so101", "pick_scene.xml"))
+  spec.option.noslip_iterations = 0
+  return spec.compile()
+
+
 MODELS = {
   "cartpole": lambda: mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml")),
   "so101_no_contacts": lambda: _no_contacts(diffsim.asset_path("so101", "so101_new_calib.xml")),
   "humanoid_no_contacts": _humanoid,
   "humanoid_contacts": _humanoid_standing,
+  "so101_pick_scene": _pick_scene,
 }
 
 
