@@ -133,7 +133,8 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
   sizes = sorted({r["nworld"] for r in roll})
   lo, hi = sizes[0], sizes[-1]
   one = [m for m in ("cartpole", "so101") if (m, lo) in by]
-  tol = roll[0].get("tolerance", 0.0)  # diffsim's solver tolerance in that run (0 before it was recorded)
+  tol = roll[0].get("tolerance", 0.0)  # diffsim's forward's solver tolerance in that run (0 before it was recorded)
+  ctol = roll[0].get("lane_tolerance", tol)  # its lanes', and MuJoCo C's on diffsim's host model
   out = []
 
   ratio = lambda r: r["fwd_captured_wsps"] / r["fwd_eager_wsps"]
@@ -159,11 +160,14 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
         parts.append(f"{_span(list(v.values()), lambda x: _f(x, 1))}x on the {_NAMES[m]}")
     worst = max(models, key=lambda m: by[(m, hi)]["fwd_over_user"])
     w = by[(worst, hi)]
+    # runs before issue 27 stepped diffsim's forward at the lanes' tolerance 0
+    whose = (f"diffsim's is {tol:g}, so that all lanes take the same path" if tol == ctol else
+             f"diffsim's forward runs at it too, its lanes at {ctol:g}")
     out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
-                f"solver tolerance; diffsim's is {tol:g}, so that all lanes take the same path)",
+                f"solver tolerance; {whose})",
                 f"diffsim's time over raw MJWarp's: {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
                 f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
-                f"tolerance {tol:g} on the {_NAMES[worst]} at {hi} worlds"))
+                f"tolerance {ctol:g} on the {_NAMES[worst]} at {hi} worlds"))
   nthread = roll[0].get("mujoco_rollout_nthread", "all")
   parts = []
   for m in models:
@@ -172,7 +176,8 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
       parts.append(f"{_NAMES[m]} {_f(v[lo])}x at {lo} world, {_f(v[hi])}x at {hi}")
     else:
       parts.append(f"{_NAMES[m]} {_span(list(v.values()))}x")
-  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance {tol:g} like diffsim; 1 thread in "
+  like = " like diffsim" if tol == ctol else f" like diffsim's lanes, its forward at {tol:g}"
+  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance {ctol:g}{like}; 1 thread in "
               "`cpu.md`)", "diffsim's speed relative to it: " + "; ".join(parts)))
   parts = []
   for m in models:

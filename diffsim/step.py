@@ -13,8 +13,9 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
   S = d(sensordata)/dz          (ns, nz)   = [C D Q]
 
 (sensordata as MuJoCo computes it inside `mj_step`, i.e. at the pre-step state). All lanes of a
-world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
-`SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
+world share the nominal warm start and a fixed solver iteration count with zero tolerance
+(`Scene.lane_tolerance`, see `SolverSettings`), so constraint solves follow the same path and the
+differences stay smooth; a stepper without lanes (`differentiable=False`) runs at the model's own.
 
 Constraint switches. Where a lane's step makes a contact or limit row appear or vanish (a jump in
 force: a contact's damping acts at once) or change regime (a kink), a difference across it is not
@@ -644,7 +645,9 @@ class FiniteDifferenceStep:
 
   def _allocate(self) -> None:
     self._data = self.scene.data(self.nlane)
-    self._physics = Physics(self.scene.model, self._data)  # mjw.step without idle constraint solves
+    # mjw.step without idle constraint solves; the lanes at their own solver tolerance
+    lanes = self.scene.lane_tolerance_array if self.differentiable else None
+    self._physics = Physics(self.scene.model, self._data, tolerance=lanes)
 
   @property
   def param_lane0(self) -> int:
