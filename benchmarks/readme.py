@@ -15,6 +15,7 @@ people edit. Blocks:
   - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
     with the command that produced it);
   - `tolerance`: the solver tolerance's table, from `tolerance_cpu.json` (`bench_tolerance.py`);
+  - `forward`: diffsim's forward vs raw `mjw.step` as written, from `forward_cpu.json` (`bench_forward.py`);
   - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`).
 
 Run `python -m benchmarks.readme` after storing new results to update README.md;
@@ -120,6 +121,27 @@ def tolerance(results: str) -> str:
   from .bench_tolerance import table
 
   return table(_load(results, "tolerance_cpu.json"))
+
+
+def forward(results: str) -> str:
+  """diffsim's forward against raw `mjw.step` on the model as written (`bench_forward.py`)."""
+  rep = _load(results, "forward_cpu.json")
+  rows = rep["rows"]
+  by = {(r["model"], r["nworld"]): r for r in rows}
+  models = list(dict.fromkeys(r["model"] for r in rows))
+  sizes = sorted({r["nworld"] for r in rows})
+  head = "| model | " + " | ".join(f"{n:,} world{'s' if n > 1 else ''}" for n in sizes) + " |"
+  out = [head, "|---|" + "---|" * len(sizes)]
+  for m in models:
+    cells = [f"{by[(m, n)]['fwd_over_raw']:.2f}x" if (m, n) in by else "" for n in sizes]
+    out.append(f"| {_NAMES[m]} | " + " | ".join(cells) + " |")
+  r0 = rows[0]
+  out += ["", f"diffsim's forward-only rollout time over raw `mjw.step`'s on the model as its MJCF writes it, "
+          f"{r0['nstep']} steps (`{_cmd(rep['argv'], 'benchmarks.bench_forward')}`; diffsim's forward at solver "
+          f"tolerance {r0['tolerance']:.3g}, its lanes at {r0['lane_tolerance']:g})"
+          + "".join(f"; rows re-measured by `{_cmd(a, 'benchmarks.bench_forward')}`" for a in rep.get("updated_by", []))
+          + "."]
+  return "\n".join(out)
 
 
 # -- benchmarks --------------------------------------------------------------------------------------
@@ -354,6 +376,7 @@ BLOCKS = {
   "adjoint": (adjoint, ("adjoint_cpu.json",)),
   "distributed": (distributed, ("distributed_cpu.json",)),
   "tolerance": (tolerance, ("tolerance_cpu.json",)),
+  "forward": (forward, ("forward_cpu.json",)),
   "startup": (startup, ("cpu.json",)),
 }
 
