@@ -93,13 +93,17 @@ class Physics:
   Args:
     model: MJWarp `Model`.
     data: MJWarp `Data` (`nworld` worlds); its scratch (`(nworld, nv)` floats) is allocated here, once.
-    tolerance: `(1,)` float array, the solver tolerance to run at instead of `model.opt.tolerance`
-      (None: the model's).
+    tolerance: float array, the solver tolerance to run at instead of `model.opt.tolerance` (None:
+      the model's): `(1,)`, or one per world (`(nworld,)`).
+    follow: perturbation lanes: with `follow = n` worlds per lane, the worlds of lanes 1, 2, ... stop
+      their constraint solve when their lane-0 world does (`lane_solver.solve_following`; the own
+      step only, see `skips_solver`); 0: every world stops on its own.
   """
 
-  def __init__(self, model, data, tolerance: wp.array | None = None):
+  def __init__(self, model, data, tolerance: wp.array | None = None, follow: int = 0):
     self.model, self.data = model, data
     self.tolerance = tolerance
+    self.follow = follow
     self.own = skips_solver(model, data)
     if self.own:
       dev = data.qacc.device
@@ -169,7 +173,12 @@ class Physics:
     self._any_rows.zero_()
     self._any_free.zero_()
     wp.launch(_row_flags, dim=d.nworld, inputs=[d.nefc], outputs=[self._any_rows, self._any_free])
-    wp.capture_if(self._any_rows, on_true=lambda: mjw.solve(m, d))
+    if self.follow:
+      from .lane_solver import solve_following
+
+      wp.capture_if(self._any_rows, on_true=lambda: solve_following(m, d, self.follow))
+    else:
+      wp.capture_if(self._any_rows, on_true=lambda: mjw.solve(m, d))
     wp.capture_if(self._any_free, on_true=self._smooth_acceleration)
 
     if m.opt.run_rne_postconstraint or (not m.opt.disableflags & mjw.DisableBit.SENSOR and m.sensor_rne_postconstraint):

@@ -52,7 +52,7 @@ import numpy as np
 import warp as wp
 
 from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
-from .physics import Physics
+from .physics import Physics, skips_solver
 
 __all__ = ["FiniteDifferenceStep"]
 
@@ -646,8 +646,18 @@ class FiniteDifferenceStep:
   def _allocate(self) -> None:
     self._data = self.scene.data(self.nlane)
     # mjw.step without idle constraint solves; the lanes at their own solver tolerance
-    lanes = self.scene.lane_tolerance_array if self.differentiable else None
-    self._physics = Physics(self.scene.model, self._data, tolerance=lanes)
+    s = self.scene
+    tolerance, follow = (s.lane_tolerance_array if self.differentiable else None), 0
+    if self.differentiable and s.solver.lanes == "nominal" and self.nlane > 1:
+      from .lane_solver import FOLLOW_TOLERANCE, follows
+
+      if follows(s.model) and skips_solver(s.model, self._data):
+        # the nominal worlds at the model's tolerance, the lanes at a tight one, none stopping before
+        # its nominal world (`lane_solver`)
+        per_world = np.full(self.nlane * s.nworld, FOLLOW_TOLERANCE, np.float32)
+        per_world[:s.nworld] = s.tolerance
+        tolerance, follow = wp.array(per_world, dtype=float, device=s.device), s.nworld
+    self._physics = Physics(s.model, self._data, tolerance=tolerance, follow=follow)
 
   @property
   def param_lane0(self) -> int:
