@@ -40,6 +40,16 @@ def test_bench_forward_runs_tiny(tmp_path):
   assert "| cartpole | 2 | 3 |" in (tmp_path / "forward_cpu.md").read_text()
 
 
+def test_bench_lanes_runs_tiny(tmp_path):
+  """Tolerance-0 lanes against lanes following their nominal world (timings are not asserted)."""
+  from benchmarks import bench_lanes
+
+  rows = bench_lanes.main(["--device", "cpu", "--models", "cartpole", "--nworld", "1", "--nstep", "2",
+                           "--repeats", "1", "--out", str(tmp_path)])
+  assert json.loads((tmp_path / "lanes_cpu.json").read_text())["rows"] == rows and len(rows) == 1
+  assert rows[0]["nlane"] == 1 + 2 * (2 * 2 + 1) and rows[0]["speedup"] > 0
+
+
 def test_bench_adjoint_runs_tiny(tmp_path):
   """The analytic-adjoint benchmark's rows (timings are for benchmarks/, not asserted): the analytic
   and lane gradients agree, and the analytic adjoint keeps far fewer bytes per world-step."""
