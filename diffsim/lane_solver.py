@@ -17,6 +17,11 @@ iteration where the active constraint set does not change, and a lane whose pert
 (a friction row sticking or slipping) needs another; stopped with its nominal world after one, that
 lane's column of the SO-101's control Jacobian was off by 1.1 at one step, 2.5e-2 of the gradient.
 
+Nor every lane of a world stopping together once all have converged (measured too): over 10
+constraint models of MJWarp's test set its gradient errors were further from tolerance 0's (pendula
+3.1e-3 against 1.7e-3) than those of the rule above (1.9e-3; `benchmarks/bench_contact_gradients.py
+--lanes nominal`, results `contact_gradients_lanes-*_cpu.md`).
+
 MJWarp 4.0 has no per-world iteration limit, so `solve_following` is MJWarp's Newton solve
 (`mujoco_warp/_src/solver.py`, `solve` and `_solve`, for the Euler and implicit integrators without
 sleeping bodies, the case `physics.Physics` runs) with one kernel added to its iteration loop; it

@@ -149,9 +149,12 @@ class SolverSettings:
   the lanes agree; and with a capped `iterations` budget (tutorial 03) a fixed path matters.
 
   `lanes="nominal"` (opt-in, Newton solver on the CPU): the lanes solve at 1e-12 but none stops
-  before its nominal world, which solves at the rollout tolerance (`diffsim.lane_solver`): on the
-  SO-101 the lanes' linearization 5.3x faster than at 0 with the same gradient error against float64
-  C (1.0e-4; `tests/test_lane_solver.py`); MJWarp's full test-model sweep is still to be run with it.
+  before its nominal world, which solves at the rollout tolerance (`diffsim.lane_solver`). The lanes'
+  linearization: the SO-101 4.4x faster than at 0, the humanoid 1.09x (`benchmarks/bench_lanes.py`);
+  gradient errors against float64 C as at 0 on the SO-101 (`tests/test_lane_solver.py`), but over 10
+  constraint models of MJWarp's test set some 10-50% higher, some lower (pendula 1.9e-3 against
+  1.7e-3, the humanoid's controls 8.7e-3 against 7.1e-3; `bench_contact_gradients --lanes`), so it
+  is not the default.
 
   Attributes:
     iterations: Newton/CG iterations per step; `None` keeps the MJCF value.
