@@ -133,11 +133,11 @@ def _reference_gradient(mjm, ctrl: np.ndarray, qpos0: np.ndarray, qvel0: np.ndar
   return out
 
 
-def _solver(tolerance: float | None):
-  """diffsim's solver settings, with `tolerance` where one is given."""
+def _solver(tolerance: float | None, lanes: str | None = None):
+  """diffsim's solver settings, with `tolerance` and `lanes` where given."""
   import diffsim
 
-  return diffsim.SolverSettings() if tolerance is None else diffsim.SolverSettings(tolerance=tolerance)
+  return diffsim.SolverSettings(tolerance=tolerance, **({"lanes": lanes} if lanes else {}))
 
 
 def _first_line(e: BaseException) -> str:
@@ -146,8 +146,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def bench_model(model: str, nstep: int, device: str | None, save=lambda row: None,
-                tolerance: float | None = None) -> dict:
-  """One model's row (see the module docstring); `save(row)` is called after every stage."""
+                tolerance: float | None = None, lanes: str | None = None) -> dict:
+  """One model's row (see the module docstring); `save(row)` is called after every stage. `lanes`
+  (`SolverSettings.lanes`): the lanes' gradient even where the analytic adjoint covers the model."""
   import mujoco
 
   import diffsim
@@ -183,7 +184,7 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
       stage("done")
       return row
     stage("scene")
-    scene = diffsim.Scene.from_xml(mjm, nworld=NWORLD, device=device, solver=_solver(tolerance))
+    scene = diffsim.Scene.from_xml(mjm, nworld=NWORLD, device=device, solver=_solver(tolerance, lanes))
     row["device"] = str(scene.device)
     c_ctrl = controls(mjm, NWORLD, nstep).astype(np.float32).astype(np.float64)  # what MJWarp sees
     ctrl = wp.array(c_ctrl.astype(np.float32), dtype=float, device=scene.device)
@@ -198,13 +199,14 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     row["ref_qpos_max"] = float(max(np.abs(r).max() for r in ref))  # a diverging model shows here
 
     stage("lanes")
-    ro = diffsim.Rollout(scene, nstep, check=True)  # defaults: what diffsim.rollout runs
+    # defaults: what diffsim.rollout runs (the lanes' gradient on every model where `lanes` is given)
+    ro = diffsim.Rollout(scene, nstep, check=True, gradient="finite_difference" if lanes else "auto")
     row["gradient"] = ro.gradient  # the analytic adjoint where it covers the model (issue 26)
     row["gradient_reason"] = ro.gradient_reason
-    lanes = ro if ro.gradient == "finite_difference" else diffsim.Rollout(scene, nstep, check=True,
-                                                                          gradient="finite_difference")
-    row["nlane"] = lanes.fd.nlane
-    row["mem_gb"] = scene.memory_estimate(ro.fd.nlane) / 1e9
+    fd = ro if ro.gradient == "finite_difference" else diffsim.Rollout(scene, nstep, check=True,
+                                                                       gradient="finite_difference")
+    row["nlane"] = fd.fd.nlane
+    row["mem_gb"] = scene.memory_estimate(fd.fd.nlane) / 1e9
     stage("gradient")
     signals = ("qpos", "qvel", "act") if mjm.na else ("qpos", "qvel")
     rng = np.random.default_rng(1)
@@ -213,9 +215,9 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     t = time.perf_counter()
     grads, row["warned"] = _tape_gradient(ro, c_ctrl, q32, np.tile(v32, (NWORLD, 1)), weights)
     row["grad_s"] = time.perf_counter() - t
-    if lanes is not ro:  # the lanes beside the adjoint, on the same functional
-      lane_grads, _ = _tape_gradient(lanes, c_ctrl, q32, np.tile(v32, (NWORLD, 1)), weights)
-    switches = lanes.switches().numpy()
+    if fd is not ro:  # the lanes beside the adjoint, on the same functional
+      lane_grads, _ = _tape_gradient(fd, c_ctrl, q32, np.tile(v32, (NWORLD, 1)), weights)
+    switches = fd.switches().numpy()
     row["switches"] = int(switches.sum())
     row["switch_steps"] = int(np.count_nonzero(switches))
     row["switches_by_world"] = switches.sum(axis=1).tolist()
@@ -225,7 +227,7 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     rel = lambda a, b: float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
     # worst world, as check_gradients reports it
     row["grad_err"] = {k: max(rel(grads[k][w], refs[1e-6][k][w]) for w in range(NWORLD)) for k in wrt}
-    if lanes is not ro:
+    if fd is not ro:
       row["grad_err_lanes"] = {k: max(rel(lane_grads[k][w], refs[1e-6][k][w]) for w in range(NWORLD)) for k in wrt}
     row["grad_norm"] = {k: float(np.linalg.norm(refs[1e-6][k])) for k in wrt}
     row["ref_err"] = max(rel(refs[1e-5][k][w], refs[1e-6][k][w]) for k in wrt for w in range(NWORLD))
@@ -312,13 +314,13 @@ def issue17_table(rows: list[dict]) -> str:
 
 
 def _run_isolated(model: str, nstep: int, device: str | None, timeout: float, mem_cap_gb: float,
-                  tolerance: float | None = None) -> dict:
+                  tolerance: float | None = None, lanes: str | None = None) -> dict:
   """`bench_model` in a child process with an address-space cap and a time limit."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
     cmd = [sys.executable, "-m", "benchmarks.bench_contact_gradients", "--one", model, "--nstep", str(nstep),
            "--row-out", out] + (["--device", device] if device else []) + \
-          (["--tolerance", repr(tolerance)] if tolerance is not None else [])
+          (["--tolerance", repr(tolerance)] if tolerance is not None else []) + (["--lanes", lanes] if lanes else [])
     cap = int(mem_cap_gb * 1e9)
 
     def limit():
@@ -389,13 +391,16 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--tolerance", type=float, default=None,
                       help="the constraint solver's (default: SolverSettings'); results go to a _tol<value> file")
+  parser.add_argument("--lanes", choices=["tolerance", "nominal"], default=None,
+                      help="SolverSettings.lanes, and the lanes' gradient on every model; results go to a "
+                           "_lanes-<value> file")
   parser.add_argument("--one", help=argparse.SUPPRESS)  # child process: one model
   parser.add_argument("--row-out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   wp.config.log_level = wp.LOG_WARNING
   if args.one:
     bench_model(args.one, args.nstep, args.device, save=lambda row: write_json(args.row_out, row),
-                tolerance=args.tolerance)
+                tolerance=args.tolerance, lanes=args.lanes)
     return []
   from diffsim.scene import available_memory
 
@@ -404,7 +409,7 @@ def main(argv=None) -> list[dict]:
   nstep = 5 if args.quick else args.nstep
   horizons = [3] if args.quick else args.issue_horizons
   cap = args.mem_cap_gb or 0.85 * (available_memory(wp.get_device("cpu")) or 16e9) / 1e9
-  tol = "" if args.tolerance is None else f"_tol{args.tolerance:g}"
+  tol = ("" if args.tolerance is None else f"_tol{args.tolerance:g}") + (f"_lanes-{args.lanes}" if args.lanes else "")
   path = os.path.join(args.out, f"contact_gradients{tol}_{str(device).replace(':', '')}")
   payload = {"argv": sys.argv[1:] if argv is None else list(argv), "nworld": NWORLD, "nstep": nstep,
              "mem_cap_gb": cap, "issue17": [], "rows": []}
@@ -421,7 +426,7 @@ def main(argv=None) -> list[dict]:
     payload["issue17"].append(issue17(n, args.device, args.tolerance))
     save()
   for name in names:
-    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap, args.tolerance))
+    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap, args.tolerance, args.lanes))
     r = payload["rows"][-1]
     print(f"{name}: {r.get('error') or r.get('note') or r.get('grad_err')} ({r['wall_s']:.0f} s)", flush=True)
     save()

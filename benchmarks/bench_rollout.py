@@ -229,7 +229,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int,
   ws = nworld * nstep
   return {
     "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nlane": nlane,
-    "tolerance": float(scene.solver.tolerance),
+    "tolerance": scene.tolerance, "lane_tolerance": scene.lane_tolerance,
     "fwd_eager_wsps": ws / eager, "fwd_captured_wsps": ws / captured, "mjw_step_captured_wsps": ws / raw,
     "mjw_step_user_wsps": ws / raw_user,
     "mujoco_rollout_wsps": ws / c_times[""], "mujoco_rollout_nthread": nthread,

@@ -15,6 +15,7 @@ people edit. Blocks:
   - `benchmarks`: the "Benchmarks" table, from `cpu.json` (`python -m benchmarks.run`, each section
     with the command that produced it);
   - `tolerance`: the solver tolerance's table, from `tolerance_cpu.json` (`bench_tolerance.py`);
+  - `forward`: diffsim's forward vs raw `mjw.step` as written, from `forward_cpu.json` (`bench_forward.py`);
   - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`);
   - `render`: diffsim's batched ray tracer vs `mujoco.Renderer`, from `render_cpu.json` (`bench_render.py`).
 
@@ -123,6 +124,27 @@ def tolerance(results: str) -> str:
   return table(_load(results, "tolerance_cpu.json"))
 
 
+def forward(results: str) -> str:
+  """diffsim's forward against raw `mjw.step` on the model as written (`bench_forward.py`)."""
+  rep = _load(results, "forward_cpu.json")
+  rows = rep["rows"]
+  by = {(r["model"], r["nworld"]): r for r in rows}
+  models = list(dict.fromkeys(r["model"] for r in rows))
+  sizes = sorted({r["nworld"] for r in rows})
+  head = "| model | " + " | ".join(f"{n:,} world{'s' if n > 1 else ''}" for n in sizes) + " |"
+  out = [head, "|---|" + "---|" * len(sizes)]
+  for m in models:
+    cells = [f"{by[(m, n)]['fwd_over_raw']:.2f}x" if (m, n) in by else "" for n in sizes]
+    out.append(f"| {_NAMES[m]} | " + " | ".join(cells) + " |")
+  r0 = rows[0]
+  out += ["", f"diffsim's forward-only rollout time over raw `mjw.step`'s on the model as its MJCF writes it, "
+          f"{r0['nstep']} steps (`{_cmd(rep['argv'], 'benchmarks.bench_forward')}`; diffsim's forward at solver "
+          f"tolerance {r0['tolerance']:.3g}, its lanes at {r0['lane_tolerance']:g})"
+          + "".join(f"; rows re-measured by `{_cmd(a, 'benchmarks.bench_forward')}`" for a in rep.get("updated_by", []))
+          + "."]
+  return "\n".join(out)
+
+
 # -- benchmarks --------------------------------------------------------------------------------------
 
 _NAMES = {"cartpole": "cart-pole", "so101": "SO-101", "humanoid": "humanoid", "arm5": "5-link arm"}
@@ -134,7 +156,8 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
   sizes = sorted({r["nworld"] for r in roll})
   lo, hi = sizes[0], sizes[-1]
   one = [m for m in ("cartpole", "so101") if (m, lo) in by]
-  tol = roll[0].get("tolerance", 0.0)  # diffsim's solver tolerance in that run (0 before it was recorded)
+  tol = roll[0].get("tolerance", 0.0)  # diffsim's forward's solver tolerance in that run (0 before it was recorded)
+  ctol = roll[0].get("lane_tolerance", tol)  # its lanes', and MuJoCo C's on diffsim's host model
   out = []
 
   ratio = lambda r: r["fwd_captured_wsps"] / r["fwd_eager_wsps"]
@@ -160,11 +183,14 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
         parts.append(f"{_span(list(v.values()), lambda x: _f(x, 1))}x on the {_NAMES[m]}")
     worst = max(models, key=lambda m: by[(m, hi)]["fwd_over_user"])
     w = by[(worst, hi)]
+    # runs before issue 27 stepped diffsim's forward at the lanes' tolerance 0
+    whose = (f"diffsim's is {tol:g}, so that all lanes take the same path" if tol == ctol else
+             f"diffsim's forward runs at it too, its lanes at {ctol:g}")
     out.append(("forward vs raw `mjw.step` and `mujoco.rollout` on the model as its MJCF writes it (its own "
-                f"solver tolerance; diffsim's is {tol:g}, so that all lanes take the same path)",
+                f"solver tolerance; {whose})",
                 f"diffsim's time over raw MJWarp's: {', '.join(parts[:-1])} and {parts[-1]}; `mujoco.rollout` "
                 f"as written is {_g(w['mujoco_rollout_user_wsps'] / w['mujoco_rollout_wsps'])}x faster than with "
-                f"tolerance {tol:g} on the {_NAMES[worst]} at {hi} worlds"))
+                f"tolerance {ctol:g} on the {_NAMES[worst]} at {hi} worlds"))
   nthread = roll[0].get("mujoco_rollout_nthread", "all")
   parts = []
   for m in models:
@@ -173,7 +199,8 @@ def _rollout_rows(roll: list[dict]) -> list[tuple[str, str]]:
       parts.append(f"{_NAMES[m]} {_f(v[lo])}x at {lo} world, {_f(v[hi])}x at {hi}")
     else:
       parts.append(f"{_NAMES[m]} {_span(list(v.values()))}x")
-  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance {tol:g} like diffsim; 1 thread in "
+  like = " like diffsim" if tol == ctol else f" like diffsim's lanes, its forward at {tol:g}"
+  out.append((f"forward vs `mujoco.rollout` ({nthread} threads, float64, tolerance {ctol:g}{like}; 1 thread in "
               "`cpu.md`)", "diffsim's speed relative to it: " + "; ".join(parts)))
   parts = []
   for m in models:
@@ -357,6 +384,7 @@ BLOCKS = {
   "adjoint": (adjoint, ("adjoint_cpu.json",)),
   "distributed": (distributed, ("distributed_cpu.json",)),
   "tolerance": (tolerance, ("tolerance_cpu.json",)),
+  "forward": (forward, ("forward_cpu.json",)),
   "startup": (startup, ("cpu.json",)),
   "render": (rendering, ("render_cpu.json",)),
 }

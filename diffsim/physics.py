@@ -23,9 +23,17 @@ nothing (a flag kernel per step; where only some worlds lack rows, the smooth so
 as MJWarp's factorization takes no per-world mask: a few percent on the contact-rich humanoid):
 `benchmarks/bench_rollout.py`'s "diffsim vs raw `mjw.step`" column (same start and controls,
 alternately timed).
+
+`Physics(..., tolerance=)` steps at another solver tolerance than the model's: the perturbation
+lanes run at `Scene.lane_tolerance` (0) where forward-only rollouts share the same MJWarp `Model` at
+the MJCF's (`SolverSettings`). MJWarp's solver reads `opt.tolerance` from a `(1,)` array at run
+time, so `Physics` swaps its own array into the model's options while it launches, and a graph
+captured meanwhile keeps pointing at it when replayed.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import warp as wp
 
@@ -85,10 +93,17 @@ class Physics:
   Args:
     model: MJWarp `Model`.
     data: MJWarp `Data` (`nworld` worlds); its scratch (`(nworld, nv)` floats) is allocated here, once.
+    tolerance: float array, the solver tolerance to run at instead of `model.opt.tolerance` (None:
+      the model's): `(1,)`, or one per world (`(nworld,)`).
+    follow: perturbation lanes: with `follow = n` worlds per lane, the worlds of lanes 1, 2, ... stop
+      their constraint solve when their lane-0 world does (`lane_solver.solve_following`; the own
+      step only, see `skips_solver`); 0: every world stops on its own.
   """
 
-  def __init__(self, model, data):
+  def __init__(self, model, data, tolerance: wp.array | None = None, follow: int = 0):
     self.model, self.data = model, data
+    self.tolerance = tolerance
+    self.follow = follow
     self.own = skips_solver(model, data)
     if self.own:
       dev = data.qacc.device
@@ -101,23 +116,39 @@ class Physics:
     import mujoco_warp as mjw
 
     m, d = self.model, self.data
-    if not self.own:
-      mjw.step(m, d)
-      return
-    self._forward()
-    if m.opt.integrator == mjw.IntegratorType.EULER:
-      mjw.euler(m, d)
-    else:
-      mjw.implicit(m, d)
+    with self._options():
+      if not self.own:
+        mjw.step(m, d)
+        return
+      self._forward()
+      if m.opt.integrator == mjw.IntegratorType.EULER:
+        mjw.euler(m, d)
+      else:
+        mjw.implicit(m, d)
 
   def forward(self) -> None:
     """One `mjw.forward`: positions, velocities, forces, accelerations and sensors, no integration."""
     import mujoco_warp as mjw
 
-    if not self.own:
-      mjw.forward(self.model, self.data)
+    with self._options():
+      if not self.own:
+        mjw.forward(self.model, self.data)
+        return
+      self._forward()
+
+  @contextlib.contextmanager
+  def _options(self):
+    """The model's options with this `Physics`' tolerance while launching (see the module docstring)."""
+    opt = self.model.opt
+    if self.tolerance is None or opt.tolerance is self.tolerance:
+      yield
       return
-    self._forward()
+    own = opt.tolerance
+    opt.tolerance = self.tolerance
+    try:
+      yield
+    finally:
+      opt.tolerance = own
 
   def _forward(self) -> None:
     # mjw.forward's stages (mujoco_warp/_src/forward.py `_forward`) with the solver per world
@@ -142,7 +173,12 @@ class Physics:
     self._any_rows.zero_()
     self._any_free.zero_()
     wp.launch(_row_flags, dim=d.nworld, inputs=[d.nefc], outputs=[self._any_rows, self._any_free])
-    wp.capture_if(self._any_rows, on_true=lambda: mjw.solve(m, d))
+    if self.follow:
+      from .lane_solver import solve_following
+
+      wp.capture_if(self._any_rows, on_true=lambda: solve_following(m, d, self.follow))
+    else:
+      wp.capture_if(self._any_rows, on_true=lambda: mjw.solve(m, d))
     wp.capture_if(self._any_free, on_true=self._smooth_acceleration)
 
     if m.opt.run_rne_postconstraint or (not m.opt.disableflags & mjw.DisableBit.SENSOR and m.sensor_rne_postconstraint):

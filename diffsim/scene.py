@@ -120,30 +120,60 @@ def _note_model_size(mjm: mujoco.MjModel) -> None:
 
 @dataclass(frozen=True)
 class SolverSettings:
-  """How the constraint solver runs in every world and perturbation lane.
+  """How the constraint solver runs: an explicit override of the MJCF's settings.
 
-  Finite-difference Jacobians through contacts are noise unless every lane takes the same solver
-  path (as MuJoCo MPC does): a warm start shared by all lanes of a world (the nominal lane's
-  `qacc_warmstart`) and zero tolerance, so every lane iterates until its line search stalls or the
-  budget is spent.
+  Two kinds of rollout run the solver differently by default (`tolerance=None`):
+    - rollouts without perturbation lanes (forward only, `Rollout(..., differentiable=False)`, and the
+      analytic adjoint's forward pass, which needs only the solver's converged acceleration) run the
+      model as MJWarp runs its MJCF: its `tolerance` (floored at 1e-6 by MJWarp's `put_model` for
+      float32), `ls_tolerance`, `iterations` and `ls_iterations`;
+    - finite-difference lanes run at tolerance 0 (`Scene.lane_tolerance`): their Jacobians through
+      contacts are noise unless every lane takes its nominal world's solver path (as MuJoCo MPC does),
+      a warm start shared by all lanes of a world and the same iterations, so every lane iterates until
+      its line search stalls or the budget is spent.
 
-  A tolerance far below float32's resolution (`tolerance=1e-12`) stops a lane once another iteration
-  would not change its solution: on the SO-101 the forward pass and the lanes then run several times
-  faster with the same gradients (in float32 a world's improvement is rarely exactly zero, so with zero
-  tolerance many steps run on to the iteration limit). It is not the default: MJWarp scales its
-  stopping test by the mean inertia, so on some models it fires before the lanes agree or the
-  solution matches MuJoCo C's, and with a capped `iterations` budget the fixed path matters
-  (`benchmarks/bench_tolerance.py`, `benchmarks/results/tolerance_cpu.md`).
+  What each costs, measured on the CPU (December 2026): at tolerance 0 a float32 world's improvement is
+  rarely exactly zero, so many steps run on to the iteration limit: the SO-101 takes 10.2 Newton
+  iterations per world-step against 2.0 at its MJCF's (`benchmarks/bench_tolerance.py`), and
+  diffsim's forward took 1.5x (1 world) to 5.2x (2,048 worlds) the time of raw `mjw.step` on the model
+  as written, the humanoid 1.1-1.2x; at the MJCF's, 1.02-1.06x and 0.98-1.09x, the cart-pole and the
+  5-link arm 0.7-0.8x (their worlds without constraint rows skip the solver;
+  `benchmarks/bench_forward.py`). Trajectories match float64 MuJoCo C as closely either way
+  (`tests/test_rollout.py`, `tests/test_physics.py`) and the analytic adjoint's gradients keep their
+  error, 1e-7..2e-5 against C on the models of `tests/test_adjoint.py`, no worse than at 0.
+
+  A number (`tolerance=1e-12`, or 0) runs every rollout, lanes included, at it: 1e-12, far below
+  float32's resolution, stops a lane once another iteration would not change its solution (on the
+  SO-101 the same lane gradients for a fifth of the solver iterations), but MJWarp scales its stopping
+  test by the mean inertia, so on some models (two flex models of MJWarp's test set) it fires before
+  the lanes agree; and with a capped `iterations` budget (tutorial 03) a fixed path matters.
+
+  `lanes="nominal"` (opt-in, Newton solver on the CPU): the lanes solve at 1e-12 but none stops
+  before its nominal world, which solves at the rollout tolerance (`diffsim.lane_solver`). The lanes'
+  linearization: the SO-101 4.4x faster than at 0, the humanoid 1.09x (`benchmarks/bench_lanes.py`);
+  gradient errors against float64 C as at 0 on the SO-101 (`tests/test_lane_solver.py`), but over 10
+  constraint models of MJWarp's test set some 10-50% higher, some lower (pendula 1.9e-3 against
+  1.7e-3, the humanoid's controls 8.7e-3 against 7.1e-3; `bench_contact_gradients --lanes`), so it
+  is not the default.
 
   Attributes:
     iterations: Newton/CG iterations per step; `None` keeps the MJCF value.
     ls_iterations: line-search iterations; `None` keeps the MJCF value.
-    tolerance: solver tolerance (MJWarp would floor the MJCF's at 1e-6 for float32).
+    tolerance: solver tolerance of every rollout; `None` (default): the MJCF's without lanes, 0 with.
+    lanes: how the perturbation lanes stop: `"tolerance"` (default) at their tolerance,
+      `"nominal"` never before their nominal world, at 1e-12 (see above).
   """
 
   iterations: int | None = None
   ls_iterations: int | None = None
-  tolerance: float = 0.0
+  tolerance: float | None = None
+  lanes: str = "tolerance"
+
+
+# the lanes' solver tolerance unless `SolverSettings.tolerance` says otherwise (see SolverSettings)
+LANE_TOLERANCE = 0.0
+# how the lanes stop (`SolverSettings.lanes`)
+LANE_STOPS = ("tolerance", "nominal")
 
 
 def load_mjmodel(model) -> mujoco.MjModel:
@@ -176,8 +206,12 @@ class Scene:
   """A MuJoCo model batched over `nworld` independent worlds on one device.
 
   Build with `Scene.from_xml(...)`. Attributes:
-    mjm: host model (`mujoco.MjModel`, float64); the reference for nominal values.
-    model: device model (`mujoco_warp.Model`).
+    mjm: host model (`mujoco.MjModel`, float64); the reference for nominal values (its solver
+      tolerance is `lane_tolerance`: MuJoCo C converged as far as the lanes).
+    model: device model (`mujoco_warp.Model`); its `opt.tolerance` is `tolerance`.
+    tolerance: the constraint solver's tolerance in rollouts without perturbation lanes (forward
+      only, the analytic adjoint): the MJCF's as MJWarp runs it, unless `SolverSettings` overrides.
+    lane_tolerance: the tolerance of the finite-difference lanes (0 unless `SolverSettings` overrides).
     nworld: number of independent worlds.
     device: Warp device.
     nq, nv, na, nu, nsensordata: sizes from `mjm`.
@@ -204,7 +238,13 @@ class Scene:
       mjm.opt.iterations = self.solver.iterations
     if self.solver.ls_iterations is not None:
       mjm.opt.ls_iterations = self.solver.ls_iterations
-    mjm.opt.tolerance = self.solver.tolerance
+    if self.solver.lanes not in LANE_STOPS:
+      raise ValueError(f"SolverSettings.lanes must be one of {LANE_STOPS}, got {self.solver.lanes!r}")
+    explicit = self.solver.tolerance
+    if explicit is not None:
+      if not np.isfinite(explicit) or explicit < 0:
+        raise ValueError(f"SolverSettings.tolerance must be a finite number >= 0 (or None: the MJCF's), got {explicit!r}")
+      mjm.opt.tolerance = explicit
     self.nq, self.nv, self.na, self.nu = mjm.nq, mjm.nv, mjm.na, mjm.nu
     self.nsensordata = mjm.nsensordata
     self.nx = 2 * mjm.nv + mjm.na
@@ -223,10 +263,21 @@ class Scene:
         self.model = mjw.put_model(mjm)
       except NotImplementedError as e:
         raise NotImplementedError(f"MuJoCo Warp does not support a feature of this model: {e}") from None
-      # put_model floors the tolerance at 1e-6 for float32, where a lane could stop an iteration
-      # before its nominal world with a visibly different solution: the configured one is restored
-      self.model.opt.tolerance.fill_(self.solver.tolerance)
-      # ... and so some steps reach the iteration limit: MJWarp's warning would flood
+      if explicit is None:
+        # rollouts without lanes: the MJCF's tolerance as MJWarp runs it (put_model's float32 floor)
+        self.tolerance = float(self.model.opt.tolerance.numpy()[0])
+        self.lane_tolerance = LANE_TOLERANCE
+      else:
+        # put_model floors the tolerance at 1e-6 for float32: the configured one is restored
+        self.model.opt.tolerance.fill_(explicit)
+        self.tolerance = self.lane_tolerance = float(explicit)
+      # the lanes' tolerance, swapped into the model's options while they step (`physics.Physics`)
+      self.lane_tolerance_array = None
+      if self.lane_tolerance != self.tolerance:
+        self.lane_tolerance_array = wp.array([self.lane_tolerance], dtype=float)
+      # the host model, float64 MuJoCo C's reference, converges as the lanes do
+      mjm.opt.tolerance = self.lane_tolerance
+      # with tolerance 0 some steps reach the iteration limit: MJWarp's warning would flood
       quiet = int(mjw.OverflowType.ITERATIONS | mjw.OverflowType.LS_ITERATIONS)
       self.model.opt.warn_overflow = int(self.model.opt.warn_overflow) & ~quiet
       if _DETERMINISTIC:

@@ -13,8 +13,9 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
   S = d(sensordata)/dz          (ns, nz)   = [C D Q]
 
 (sensordata as MuJoCo computes it inside `mj_step`, i.e. at the pre-step state). All lanes of a
-world share the nominal warm start and a fixed solver iteration count with zero tolerance (see
-`SolverSettings`), so constraint solves follow the same path and the differences stay smooth.
+world share the nominal warm start and a fixed solver iteration count with zero tolerance
+(`Scene.lane_tolerance`, see `SolverSettings`), so constraint solves follow the same path and the
+differences stay smooth; a stepper without lanes (`differentiable=False`) runs at the model's own.
 
 Constraint switches. Where a lane's step makes a contact or limit row appear or vanish (a jump in
 force: a contact's damping acts at once) or change regime (a kink), a difference across it is not
@@ -51,7 +52,7 @@ import numpy as np
 import warp as wp
 
 from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
-from .physics import Physics
+from .physics import Physics, skips_solver
 
 __all__ = ["FiniteDifferenceStep"]
 
@@ -644,7 +645,19 @@ class FiniteDifferenceStep:
 
   def _allocate(self) -> None:
     self._data = self.scene.data(self.nlane)
-    self._physics = Physics(self.scene.model, self._data)  # mjw.step without idle constraint solves
+    # mjw.step without idle constraint solves; the lanes at their own solver tolerance
+    s = self.scene
+    tolerance, follow = (s.lane_tolerance_array if self.differentiable else None), 0
+    if self.differentiable and s.solver.lanes == "nominal" and self.nlane > 1:
+      from .lane_solver import FOLLOW_TOLERANCE, follows
+
+      if follows(s.model) and skips_solver(s.model, self._data):
+        # the nominal worlds at the model's tolerance, the lanes at a tight one, none stopping before
+        # its nominal world (`lane_solver`)
+        per_world = np.full(self.nlane * s.nworld, FOLLOW_TOLERANCE, np.float32)
+        per_world[:s.nworld] = s.tolerance
+        tolerance, follow = wp.array(per_world, dtype=float, device=s.device), s.nworld
+    self._physics = Physics(s.model, self._data, tolerance=tolerance, follow=follow)
 
   @property
   def param_lane0(self) -> int:

@@ -25,6 +25,31 @@ def test_bench_rollout_runs_tiny(tmp_path):
   assert row["compile_s"] >= 0  # first call minus second: 0 when nothing was left to compile
 
 
+def test_bench_forward_runs_tiny(tmp_path):
+  """diffsim's forward against raw `mjw.step` on the model as written (timings are not asserted): the
+  row records the tolerances each side ran at."""
+  from benchmarks import bench_forward
+
+  rows = bench_forward.main(["--device", "cpu", "--models", "cartpole", "--sizes", "2", "--nstep", "3",
+                             "--repeats", "1", "--out", str(tmp_path)])
+  assert json.loads((tmp_path / "forward_cpu.json").read_text())["rows"] == rows and len(rows) == 1
+  row = rows[0]
+  assert row["tolerance"] == np.float32(1e-6) and row["lane_tolerance"] == 0.0  # the MJCF's 1e-8, floored
+  for key in ("fwd_s", "raw_s", "fwd_wsps", "raw_wsps", "fwd_over_raw"):
+    assert row[key] > 0, key
+  assert "| cartpole | 2 | 3 |" in (tmp_path / "forward_cpu.md").read_text()
+
+
+def test_bench_lanes_runs_tiny(tmp_path):
+  """Tolerance-0 lanes against lanes following their nominal world (timings are not asserted)."""
+  from benchmarks import bench_lanes
+
+  rows = bench_lanes.main(["--device", "cpu", "--models", "cartpole", "--nworld", "1", "--nstep", "2",
+                           "--repeats", "1", "--out", str(tmp_path)])
+  assert json.loads((tmp_path / "lanes_cpu.json").read_text())["rows"] == rows and len(rows) == 1
+  assert rows[0]["nlane"] == 1 + 2 * (2 * 2 + 1) and rows[0]["speedup"] > 0
+
+
 def test_bench_adjoint_runs_tiny(tmp_path):
   """The analytic-adjoint benchmark's rows (timings are for benchmarks/, not asserted): the analytic
   and lane gradients agree, and the analytic adjoint keeps far fewer bytes per world-step."""

@@ -327,15 +327,18 @@ def test_forward_mode_tangents_match_mujoco(ball_free, central):
 
 
 def test_converged_solver_tolerance_keeps_the_gradient(so101):
-  """`SolverSettings(tolerance=1e-12)` (opt-in; the default is 0) stops a lane once another solver
+  """`SolverSettings(tolerance=1e-12)` (opt-in; the lanes' default is 0) stops a lane once another solver
   iteration would not change its solution: on the SO-101, whose dry friction and servo limits make
   constraint rows every step, the same lane gradient (measured 3.9e-5 apart) for a fifth of the
   solver iterations (`benchmarks/results/tolerance_cpu.md`)."""
-  assert diffsim.SolverSettings().tolerance == 0.0
-  assert float(so101.model.opt.tolerance.numpy()[0]) == 0.0  # put_model's 1e-6 floor undone
+  assert diffsim.SolverSettings().tolerance is None
+  assert so101.lane_tolerance == 0.0 and so101.lane_tolerance_array.numpy()[0] == 0.0
+  # rollouts without lanes: the MJCF's 1e-8 as MJWarp runs it, floored at 1e-6
+  assert so101.tolerance == float(so101.model.opt.tolerance.numpy()[0]) == np.float32(1e-6)
   tiny = diffsim.Scene.from_xml(so101.mjm, nworld=2, device=so101.device,
                                 solver=diffsim.SolverSettings(tolerance=1e-12))
   assert float(tiny.model.opt.tolerance.numpy()[0]) == np.float32(1e-12)
+  assert tiny.lane_tolerance == tiny.tolerance == 1e-12 and tiny.lane_tolerance_array is None
 
   def grad(scene, u):
     ctrl = wp.array(u, dtype=float, requires_grad=True, device=scene.device)

@@ -1,5 +1,7 @@
 """`diffsim.physics.Physics`: MJWarp's step with the constraint solver only where a world has rows."""
 
+import dataclasses
+
 import mujoco
 import mujoco_warp as mjw
 import numpy as np
@@ -74,6 +76,32 @@ def test_worlds_with_rows_get_the_solver_result_bit_for_bit():
   assert (got["nefc"] > 0).all()
   for k in ("qpos", "qvel", "niter"):
     np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_lanes_solve_at_their_own_tolerance_on_the_shared_model():
+  # the lanes' Physics runs MJWarp's solver at tolerance 0 on the Model whose own (the MJCF's, floored
+  # at 1e-6 by MJWarp) forward-only rollouts use: its graph, captured while its array was swapped in,
+  # keeps reading it on replay, bit for bit mjw.step at tolerance 0, and the model keeps its own
+  scene = diffsim.Scene.from_xml(SLIDING_BOX, nworld=2, device="cpu")
+  assert scene.tolerance == np.float32(1e-6) and scene.lane_tolerance == 0.0
+  assert scene.mjm.opt.tolerance == 0.0  # float64 C converges as far as the lanes
+  own = scene.model.opt.tolerance
+  start = (np.tile(scene.mjm.qpos0, (2, 1)), np.zeros((2, scene.nv)), [[3.0], [6.0]])
+  lanes = Physics(scene.model, _data(scene, *start), tolerance=scene.lane_tolerance_array)
+  plain = Physics(scene.model, _data(scene, *start))
+  got = _replay(scene, lanes.data, lanes.step, 40)
+  assert scene.model.opt.tolerance is own
+  at_own = _replay(scene, plain.data, plain.step, 40)
+  zero = dataclasses.replace(scene.model, opt=dataclasses.replace(scene.model.opt, tolerance=scene.lane_tolerance_array))
+  raw = _data(scene, *start)
+  want = _replay(scene, raw, lambda: mjw.step(zero, raw), 40)
+  for k in ("qpos", "qvel"):
+    np.testing.assert_array_equal(got[k], want[k])
+  rows = got["nefc"] > 0  # where a world has none, Physics skips the solver (niter 0) and mjw.step does not
+  np.testing.assert_array_equal(got["niter"][rows], want["niter"][rows])
+  # tolerance 0 iterates until the line search stalls (measured: 6 iterations per step against 2)
+  assert at_own["niter"].mean() < 0.5 * got["niter"].mean()
+  np.testing.assert_allclose(at_own["qpos"], got["qpos"], atol=1e-5)
 
 
 def test_forward_sets_the_unconstrained_acceleration(limited):
