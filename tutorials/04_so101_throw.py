@@ -6,7 +6,9 @@ at the end: the ball leaves at the gripper site's position and velocity, read fr
 for a fixed time. Each world has its own target on the floor. The landing error is a user-written
 Warp kernel (`diffsim.losses.KernelCost`): `tape.backward()` carries its gradient through the flight
 kernel into the sensors, and the rollout's adjoint carries it into the arm's controls, which Adam
-updates.
+updates. That adjoint is the analytic one wherever `diffsim.adjoint.analytic_coverage` covers the
+model (`gradient="auto"`, see the README's "Gradients"), else the finite-difference lanes; the run
+prints which it took and why (`problem.rollout.gradient`, `.gradient_reason`).
 
   python tutorials/04_so101_throw.py             # 64 worlds at the model's 2 ms step; writes out/04_so101_throw/
   python tutorials/04_so101_throw.py --test      # 4 worlds, 10 ms steps; checks the landings
@@ -160,10 +162,12 @@ def main(argv=None) -> int:
   path = os.path.join(out, "throw.png")
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  print(f"Adam's gradient: {problem.rollout.gradient} ({problem.rollout.gradient_reason})")
   print(f"04_so101_throw: {args.nworld} worlds, {args.duration} s swing ({problem.horizon} steps of "
         f"{problem.scene.dt} s), release at {np.median(speed):.2f} m/s (median): landing error median "
         f"{100 * np.median(miss):.2f} cm, max {100 * miss.max():.2f} cm, {int(np.sum(miss < 0.02))}/{args.nworld} "
-        f"within 2 cm, after {res.nit} Adam iterations in {res.time:.1f} s; replayed in MuJoCo C: median "
+        f"within 2 cm, after {res.nit} Adam iterations ({problem.rollout.gradient} gradients) in {res.time:.1f} s; "
+        f"replayed in MuJoCo C: median "
         f"{100 * np.median(miss_c):.2f} cm, max {100 * miss_c.max():.2f} cm (wrote {path})")
   if args.test:
     ok = max(miss.max(), miss_c.max()) < 0.02
