@@ -22,8 +22,8 @@ def _load(name: str):
 
 def test_sysid_push_friction(tmp_path, capsys):
   # two pushes of 0.5 s recorded in float64 MuJoCo C: friction and mass from the MJCF's values (1.0,
-  # 0.1 kg) to within 2% of the truth (0.6, 0.13 kg), each inside 3 of its std (measured: 6e-5 and
-  # 3e-4 relative, 0.5 and 1.2 std, in 11 LM iterations)
+  # 0.1 kg) to within 2% of the truth (0.6, 0.13 kg), each inside 3 of its std (measured: 2.1e-4 and
+  # 9.5e-4 relative, 0.3 and 0.5 std; about 50 s on the 2-core CPU)
   code = _load("09_sysid_push_friction.py").main(["--test", "--device", DEVICE, "--out", str(tmp_path)])
   out = capsys.readouterr().out
   assert code == 0, out
