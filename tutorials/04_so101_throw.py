@@ -87,7 +87,8 @@ class Flight:
     wp.launch(_landing_cost, dim=n, inputs=[self.x, self.target, self.weight], outputs=[out], device=dev)
 
 
-def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None):
+def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None,
+                  gradient: str = "auto"):
   """Scene, problem and flight of the throw. Returns `(problem, flight, targets (nworld, 3))`."""
   spec = diffsim.losses.add_site_sensors(diffsim.asset_path("so101", "so101_new_calib.xml"), [SITE], linvel=True)
   if timestep:
@@ -101,7 +102,7 @@ def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed:
   flight = Flight(scene, targets)
   cost = [KernelCost(flight.cost, name="landing"), CtrlRateCost(1e-4)]
   problem = diffsim.TrajectoryProblem(scene, cost, horizon=round(duration / scene.dt), qpos0=FOLDED,
-                                      ctrl_init=FOLDED, central=False)
+                                      ctrl_init=FOLDED, central=False, gradient=gradient)
   return problem, flight, targets
 
 
@@ -115,6 +116,8 @@ def main(argv=None) -> int:
   parser.add_argument("--duration", type=float, default=0.4, help="s of swing before the release")
   parser.add_argument("--timestep", type=float, default=None, help="s (default: the model's, 0.002)")
   parser.add_argument("--lr", type=float, default=0.03, help="Adam step, rad")
+  parser.add_argument("--gradient", default="auto", choices=("auto", "analytic", "finite_difference"),
+                      help="how Adam's tape gradient is formed (default auto: the analytic adjoint where it covers)")
   args = parser.parse_args(argv)
   if args.test:
     args.nworld, args.timestep, args.iters = 4, 0.01, 80
@@ -126,7 +129,7 @@ def main(argv=None) -> int:
 
   wp.config.log_level = wp.LOG_WARNING  # no kernel-loading logs between the results
   problem, flight, targets = throw_problem(nworld=args.nworld, duration=args.duration, timestep=args.timestep,
-                                           device=args.device)
+                                           device=args.device, gradient=args.gradient)
   res = diffsim.optimize_trajectory(problem, "adam", maxiter=args.iters, progress=not args.test,
                                     options={"lr": args.lr})
   # the flight of the returned controls (the cost's buffers hold the last evaluated one)
