@@ -4,7 +4,9 @@ Each world is its own problem: the arm starts at rest in a random configuration 
 end-effector site (`gripperframe`) to a random reachable target within `--duration` seconds. The six
 actuators are position servos (ctrl is a joint-angle target, bounded by the joint range). iLQR
 solves all worlds together; the site enters the cost through a `framepos` sensor, whose Jacobians
-the rollout forms along with the dynamics'.
+the rollout forms along with the dynamics'. iLQR needs whole step Jacobians (`linearize=True`),
+which only the finite-difference lanes form: the analytic adjoint, which serves the tape gradients
+of Adam and L-BFGS, does not enter here (the run prints what a tape gradient would take).
 
   python tutorials/03_so101_reach.py              # 2,048 worlds, 0.5 s in 2 ms steps; writes out/03_so101_reach/
   python tutorials/03_so101_reach.py --nworld 64  # full horizon, 64 worlds: minutes on a CPU
@@ -177,6 +179,9 @@ def main(argv=None) -> int:
     diffsim.video.record(problem.scene, res, video, worlds=shown, size=video_size, every=every,
                          captions=[f"miss {1000 * dist[w]:.1f} mm" for w in shown], progress=not args.test)
     path += f", {video}"
+  ro = problem.rollout
+  print(f"iLQR's step Jacobians: finite-difference lanes ({ro.fd.nlane} per world); a tape gradient (Adam, L-BFGS) "
+        f"would take: {ro.gradient} ({ro.gradient_reason})")
   print(f"03_so101_reach: {args.nworld} worlds, {args.duration} s ({problem.horizon} steps of {problem.scene.dt} s): "
         f"{100 * success:.1f}% within 1 cm (median {1000 * np.median(dist):.2f} mm, max {1000 * dist.max():.1f} mm) "
         f"after {res.nit} iLQR iterations in {res.time:.1f} s; replayed in MuJoCo C: {100 * success_c:.1f}% "

@@ -6,7 +6,9 @@ at the end: the ball leaves at the gripper site's position and velocity, read fr
 for a fixed time. Each world has its own target on the floor. The landing error is a user-written
 Warp kernel (`diffsim.losses.KernelCost`): `tape.backward()` carries its gradient through the flight
 kernel into the sensors, and the rollout's adjoint carries it into the arm's controls, which Adam
-updates.
+updates. That adjoint is the analytic one wherever `diffsim.adjoint.analytic_coverage` covers the
+model (`gradient="auto"`, see the README's "Gradients"), else the finite-difference lanes; the run
+prints which it took and why (`problem.rollout.gradient`, `.gradient_reason`).
 
   python tutorials/04_so101_throw.py             # 64 worlds at the model's 2 ms step; writes out/04_so101_throw/
                                                  # (plots, motion.gif of the swings; --no-video: none)
@@ -86,7 +88,8 @@ class Flight:
     wp.launch(_landing_cost, dim=n, inputs=[self.x, self.target, self.weight], outputs=[out], device=dev)
 
 
-def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None):
+def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed: int = 0, device=None,
+                  gradient: str = "auto"):
   """Scene, problem and flight of the throw. Returns `(problem, flight, targets (nworld, 3))`."""
   spec = diffsim.losses.add_site_sensors(diffsim.asset_path("so101", "so101_new_calib.xml"), [SITE], linvel=True)
   if timestep:
@@ -100,7 +103,7 @@ def throw_problem(*, nworld: int, duration: float, timestep: float | None, seed:
   flight = Flight(scene, targets)
   cost = [KernelCost(flight.cost, name="landing"), CtrlRateCost(1e-4)]
   problem = diffsim.TrajectoryProblem(scene, cost, horizon=round(duration / scene.dt), qpos0=FOLDED,
-                                      ctrl_init=FOLDED, central=False)
+                                      ctrl_init=FOLDED, central=False, gradient=gradient)
   return problem, flight, targets
 
 
@@ -115,6 +118,8 @@ def main(argv=None) -> int:
   parser.add_argument("--timestep", type=float, default=None, help="s (default: the model's, 0.002)")
   parser.add_argument("--lr", type=float, default=0.03, help="Adam step, rad")
   diffsim.video.add_video_arguments(parser)
+  parser.add_argument("--gradient", default="auto", choices=("auto", "analytic", "finite_difference"),
+                      help="how Adam's tape gradient is formed (default auto: the analytic adjoint where it covers)")
   args = parser.parse_args(argv)
   if args.test:
     args.nworld, args.timestep, args.iters = 4, 0.01, 80
@@ -129,7 +134,7 @@ def main(argv=None) -> int:
   os.makedirs(out, exist_ok=True)
   video, video_size = diffsim.video.video_options(args, out)  # checked before anything runs
   problem, flight, targets = throw_problem(nworld=args.nworld, duration=args.duration, timestep=args.timestep,
-                                           device=args.device)
+                                           device=args.device, gradient=args.gradient)
   res = diffsim.optimize_trajectory(problem, "adam", maxiter=args.iters, progress=not args.test,
                                     options={"lr": args.lr})
   # the flight of the returned controls (the cost's buffers hold the last evaluated one)
@@ -170,10 +175,12 @@ def main(argv=None) -> int:
                          every=max(1, round(1 / (50 * problem.scene.dt))),
                          captions=[f"lands {100 * miss[w]:.1f} cm off" for w in shown], progress=not args.test)
     path += f", {video}"
+  print(f"Adam's gradient: {problem.rollout.gradient} ({problem.rollout.gradient_reason})")
   print(f"04_so101_throw: {args.nworld} worlds, {args.duration} s swing ({problem.horizon} steps of "
         f"{problem.scene.dt} s), release at {np.median(speed):.2f} m/s (median): landing error median "
         f"{100 * np.median(miss):.2f} cm, max {100 * miss.max():.2f} cm, {int(np.sum(miss < 0.02))}/{args.nworld} "
-        f"within 2 cm, after {res.nit} Adam iterations in {res.time:.1f} s; replayed in MuJoCo C: median "
+        f"within 2 cm, after {res.nit} Adam iterations ({problem.rollout.gradient} gradients) in {res.time:.1f} s; "
+        f"replayed in MuJoCo C: median "
         f"{100 * np.median(miss_c):.2f} cm, max {100 * miss_c.max():.2f} cm (wrote {path})")
   if args.test:
     ok = max(miss.max(), miss_c.max()) < 0.02

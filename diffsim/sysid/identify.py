@@ -198,6 +198,26 @@ def _solve(prob, vector: ParamVector, theta0, opts, *, method, maxiter, ftol, xt
                    t0=t0, source=source)
 
 
+def _derivative_paths(prob, vector: ParamVector, method: str, used: str) -> dict[str, str]:
+  """`{name: phrase}`: how the solver differentiated each parameter, and whether the analytic adjoint
+  covers it in this model (`diffsim.adjoint.analytic_coverage`)."""
+  from ..adjoint import analytic_coverage
+
+  out = {}
+  for p in vector.params:
+    why = analytic_coverage(prob.mjm, [p.field])
+    adjoint = "the analytic adjoint covers it" if why is None else f"the analytic adjoint does not cover {why}"
+    if method == "lm" and used != "tape":
+      # LM needs whole step Jacobians, which only the lanes form, whatever the adjoint covers
+      out[p.name] = f"finite-difference lanes (LM's {used} Jacobian from step Jacobians; {adjoint})"
+    else:
+      # the rollout's choice (`Rollout.gradient`); a sharded problem's workers each make their own
+      path = getattr(getattr(prob, "rollout", None), "gradient", None)
+      path = {"analytic": "analytic adjoint", "finite_difference": "finite-difference lanes"}.get(path, "workers'")
+      out[p.name] = f"{path} tape gradient ({adjoint})"
+  return out
+
+
 def _check_options(method, jacobian, maxiter, options, callback) -> dict:
   """The solver's options with their defaults; ValueErrors for bad arguments, before any work."""
   if method not in METHODS:
@@ -288,5 +308,6 @@ def _assemble(prob: Problem, vector: ParamVector, theta0: np.ndarray, outcome: S
     bounds={p.name: (lo, hi) for p, lo, hi in zip(vector.params, vector.named(vector.lower).values(),
                                                   vector.named(vector.upper).values())},
     initial_qpos=[qpos0[g] for g in first], initial_qvel=[qvel0[g] for g in first],
+    derivatives=_derivative_paths(prob, vector, method, used),
     signals=Signals(prob.mjm, prob.worlds.recs, outcome.initial_signals, after), source=source,
     params=vector.params)

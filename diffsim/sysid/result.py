@@ -98,6 +98,8 @@ class SysIdResult(OptimizeResult):
     initial_qpos: `(nq,)` initial position of each recording (row 0, or solved for: `fit_qpos0`).
     initial_qvel: `(nv,)` initial velocity of each recording: measured, or solved for together
       with the parameters when the recording has no `qvel` (see `fit_qvel0`).
+    derivatives: `{name: phrase}`, how the solver differentiated each parameter (finite-difference
+      lanes or the analytic adjoint) and whether the adjoint covers it in this model.
     save_error: why writing `identify(out=...)`'s files failed, or `None` (the files were written).
     signals: measured and simulated signals for the plots (`Signals`), or `None`.
     source: the model as `identify` got it (an MJCF path made absolute, XML, `MjSpec` or `MjModel`):
@@ -130,6 +132,7 @@ class SysIdResult(OptimizeResult):
   initial_qpos: list = field(default_factory=list)
   initial_qvel: list = field(default_factory=list)
   save_error: str | None = None
+  derivatives: dict = field(default_factory=dict)
   signals: Signals | None = field(default=None, repr=False)
   source: object = field(default=None, repr=False)
   params: list = field(default_factory=list, repr=False)
