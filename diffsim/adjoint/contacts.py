@@ -89,6 +89,7 @@ def _contact_locals(
   geom_bodyid: wp.array[int],
   geom_size: wp.array2d[wp.vec3],
   geom_dataid: wp.array2d[int],
+  body_isdofancestor: wp.array2d[int],
   mesh_polyadr: wp.array[int],
   mesh_polynum: wp.array[int],
   mesh_polynormal: wp.array[wp.vec3],
@@ -116,6 +117,7 @@ def _contact_locals(
   axis2_out: wp.array[wp.vec3],  # _FACE1, geom 2 a cylinder on its side or rim; _ROUND, as axis1_out: its axis
   tangent_out: wp.array[wp.vec3],  # plane-capsule: the capsule's axis in body 2's frame, or a fixed tangent
   tmode_out: wp.array[int],  # tangents: _MAKE_FRAME (from the normal), _CAPSULE_AXIS or _FIXED
+  dofs_out: wp.array2d[int],  # (naconmax, ncdof) the dofs that move either body (-1: none), ascending
 ):
   """Freezes a contact's features. `_FACE1` (geom 1 a plane, or neither geom round): the normal turns
   with body 1, a point on its surface (the anchor) is fixed in body 1, geom 2's feature (a vertex, or a
@@ -167,6 +169,15 @@ def _contact_locals(
     # coincident core points: the normal joining them is undefined (MJWarp picks one); keep MJWarp's,
     # turning with body 1, as a face
     mode = _FACE1
+  # the rows' Jacobians are nonzero only on the dofs that move either body: kept compact
+  k = int(0)
+  for i in range(body_isdofancestor.shape[1]):
+    if body_isdofancestor[b1, i] != 0 or body_isdofancestor[b2, i] != 0:
+      if k < dofs_out.shape[1]:
+        dofs_out[c, k] = i
+      k += 1
+  for j in range(k, dofs_out.shape[1]):
+    dofs_out[c, j] = -1
   mode_out[c] = mode
   axis1_out[c] = wp.vec3(0.0)
   axis2_out[c] = wp.vec3(0.0)
@@ -371,13 +382,14 @@ def _contact_jacobian(
   contact_dim: wp.array[int],
   contact_friction: wp.array[vec5],
   active: wp.array[int],
+  dofs: wp.array2d[int],
   # In (replayed):
   pos: wp.array[wp.vec3],
   frame: wp.array[wp.mat33],
   com: wp.array2d[wp.vec3],
   cdof: wp.array2d[wp.spatial_vector],
   # Out:
-  J_out: wp.array3d[float],  # (naconmax, MAX_CONTACT_ROWS, nv) the rows' Jacobians
+  J_out: wp.array3d[float],  # (naconmax, MAX_CONTACT_ROWS, ncdof) the rows' Jacobians on `dofs`
 ):
   """Row `r` of contact `c` (MJWarp's `_efc_contact_jac_dense`, pyramidal cone): the normal, plus
   or minus `mu_i` times a tangent, torsional or rolling direction."""
@@ -407,14 +419,16 @@ def _contact_jacobian(
       lin_dir = F[0] + fr * F[2]
     else:
       rot_dir = fr * F[dimid2 - 3]
-  for i in range(cdof.shape[1]):
-    a1 = float(body_isdofancestor[b1, i])
-    a2 = float(body_isdofancestor[b2, i])
-    cd = cdof[w, i]
-    ang = wp.spatial_top(cd)
-    lin = wp.spatial_bottom(cd)
-    jp = a2 * (lin + wp.cross(ang, off2)) - a1 * (lin + wp.cross(ang, off1))
-    J_out[c, r, i] = wp.dot(lin_dir, jp) + (a2 - a1) * wp.dot(rot_dir, ang)
+  for k in range(dofs.shape[1]):
+    i = dofs[c, k]
+    if i >= 0:
+      a1 = float(body_isdofancestor[b1, i])
+      a2 = float(body_isdofancestor[b2, i])
+      cd = cdof[w, i]
+      ang = wp.spatial_top(cd)
+      lin = wp.spatial_bottom(cd)
+      jp = a2 * (lin + wp.cross(ang, off2)) - a1 * (lin + wp.cross(ang, off1))
+      J_out[c, r, k] = wp.dot(lin_dir, jp) + (a2 - a1) * wp.dot(rot_dir, ang)
 
 
 @wp.kernel
@@ -423,6 +437,7 @@ def _row_products(
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
   active: wp.array[int],
+  dofs: wp.array2d[int],
   # In:
   J: wp.array3d[float],
   qvel: wp.array2d[float],
@@ -437,9 +452,11 @@ def _row_products(
   if r >= _nrow(contact_dim[c]):
     return
   w = contact_worldid[c]
-  for i in range(J.shape[2]):
-    wp.atomic_add(Jv_out, c, r, J[c, r, i] * qvel[w, i])
-    wp.atomic_add(Ja_out, c, r, J[c, r, i] * qacc[w, i])
+  for k in range(dofs.shape[1]):
+    i = dofs[c, k]
+    if i >= 0:
+      wp.atomic_add(Jv_out, c, r, J[c, r, k] * qvel[w, i])
+      wp.atomic_add(Ja_out, c, r, J[c, r, k] * qacc[w, i])
 
 
 @wp.kernel
@@ -503,6 +520,7 @@ def _rows_to_qfrc(
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
   active: wp.array[int],
+  dofs: wp.array2d[int],
   # In:
   J: wp.array3d[float],
   force: wp.array2d[float],
@@ -515,8 +533,10 @@ def _rows_to_qfrc(
   if r >= _nrow(contact_dim[c]):
     return
   w = contact_worldid[c]
-  for i in range(J.shape[2]):
-    wp.atomic_add(qfrc_out, w, i, J[c, r, i] * force[c, r])
+  for k in range(dofs.shape[1]):
+    i = dofs[c, k]
+    if i >= 0:
+      wp.atomic_add(qfrc_out, w, i, J[c, r, k] * force[c, r])
 
 
 @wp.kernel(enable_backward=False)
@@ -525,6 +545,7 @@ def _rows_jtdj(
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
   active: wp.array[int],
+  dofs: wp.array2d[int],
   # In:
   J: wp.array3d[float],
   D: wp.array2d[float],
@@ -541,12 +562,15 @@ def _rows_jtdj(
   if d == 0.0:
     return
   w = contact_worldid[c]
-  nv = J.shape[2]
-  for i in range(nv):
-    ji = d * J[c, r, i]
-    if ji != 0.0:
-      for j in range(nv):
-        wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, j])
+  n = dofs.shape[1]
+  for k in range(n):
+    i = dofs[c, k]
+    ji = d * J[c, r, k]
+    if i >= 0 and ji != 0.0:
+      for l in range(n):
+        j = dofs[c, l]
+        if j >= 0:
+          wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, l])
 
 
 class ContactRows:
@@ -578,7 +602,11 @@ class ContactRows:
     self.axis1, self.axis2 = z(nc, wp.vec3), z(nc, wp.vec3)
     self.tangent, self.tmode = z(nc, wp.vec3), z(nc, int)
     pos, frame, dist = arr(nc, wp.vec3), arr(nc, wp.mat33), arr(nc)
-    self.J = arr((nc, MAX_CONTACT_ROWS, nv))
+    # a row's Jacobian lives on the dofs of its two bodies' trees: at most two trees' dofs
+    tree_dofs = int(s.mjm.tree_dofnum.max()) if s.mjm.ntree else nv
+    self.ncdof = max(1, min(nv, 2 * tree_dofs))
+    self.dofs = z((nc, self.ncdof), int)
+    self.J = arr((nc, MAX_CONTACT_ROWS, self.ncdof))
     Jv, Ja = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS))
     accumulated.extend([Jv, Ja])
     self.force, self.D = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS), grad=False)
@@ -597,16 +625,18 @@ class ContactRows:
                     self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, xpos, xmat],
                    [pos, frame, dist])
     program.launch("step", _contact_jacobian, rows,
-                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, friction, self.active, pos,
-                    frame, com, cdof], [self.J])
-    program.launch("step", _row_products, rows, [c.worldid, c.dim, self.active, self.J, qvel, qacc], [Jv, Ja])
+                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, friction, self.active,
+                    self.dofs, pos, frame, com, cdof], [self.J])
+    program.launch("step", _row_products, rows, [c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc],
+                   [Jv, Ja])
     program.launch("step", _contact_force, rows,
                    [float(s.mjm.opt.timestep), refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid,
                     *frozen, c.dim, friction, c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
                    [self.force, self.D])
-    program.launch("step", _rows_to_qfrc, rows, [c.worldid, c.dim, self.active, self.J, self.force],
+    program.launch("step", _rows_to_qfrc, rows, [c.worldid, c.dim, self.active, self.dofs, self.J, self.force],
                    [qfrc_constraint])
-    self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J)
+    self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J,
+                       contact_dofs=self.dofs)
 
   def collide(self, qpos: wp.array) -> None:
     """MJWarp's kinematics and collision at `qpos` `(nworld, nq)`; freezes the contacts with rows."""
@@ -619,15 +649,15 @@ class ContactRows:
     c = d.contact
     wp.launch(_contact_locals, dim=self.nc, device=s.device,
               inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
-                      s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat,
+                      s.model.body_isdofancestor, s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat,
                       d.geom_xpos, d.geom_xmat, c.dist,
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
               outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis1,
-                       self.axis2, self.tangent, self.tmode])
+                       self.axis2, self.tangent, self.tmode, self.dofs])
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
     c = self.data.contact
     wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
-              inputs=[c.worldid, c.dim, self.active, self.J, self.D], outputs=[self.jtdj])
+              inputs=[c.worldid, c.dim, self.active, self.dofs, self.J, self.D], outputs=[self.jtdj])
 
