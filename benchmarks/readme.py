@@ -95,8 +95,11 @@ def gradients(results: str) -> str:
   rows = _load(results, "gradients_cpu.json")["rows"]
   sweep = _load(results, "contact_gradients_cpu.json")
   hum = next(r for r in sweep["rows"] if r["model"] == "humanoid/humanoid.xml")
-  rows = rows + [{"label": f"MJWarp's humanoid from keyframe 0 ({hum['ncon0']} contacts), {hum['nstep']} steps",
-                  "rel_err": hum["grad_err"]}]
+  label = f"MJWarp's humanoid from keyframe 0 ({hum['ncon0']} contacts), {hum['nstep']} steps"
+  method = "analytic" if hum.get("gradient") == "analytic" else "lanes"
+  rows = rows + [{"label": label, "rel_err": hum["grad_err"], "gradient": method}]
+  if "grad_err_lanes" in hum:  # the lanes beside the adjoint, on the same functional
+    rows.append({"label": label, "rel_err": hum["grad_err_lanes"], "gradient": "lanes"})
   return table(rows)
 
 
