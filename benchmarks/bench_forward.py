@@ -34,7 +34,7 @@ import warp as wp
 import diffsim
 
 from .bench_rollout import MODELS, _graph, controls, load_model, raw_mjwarp
-from .save import write_json
+from .save import write_json, write_text
 from .timing import alternate, spread
 
 # repeats of the larger cases stop once their rounds take this long (s): keeps a whole run near 10 minutes
@@ -117,9 +117,7 @@ def main(argv=None) -> list[dict]:
   rows = payload["rows"]
   md = table(rows)
   path = os.path.join(args.out, f"forward_{device}.md")
-  with open(path + ".tmp", "w") as f:
-    f.write(md + "\n")
-  os.replace(path + ".tmp", path)
+  write_text(path, md)
   print(md)
   return rows
 

@@ -24,7 +24,7 @@ import warp as wp
 import diffsim
 
 from .bench_rollout import MODELS, controls
-from .save import write_json
+from .save import write_json, write_text
 from .timing import alternate, spread
 
 # lanes per world are many on the humanoid (205): fewer worlds there
@@ -83,9 +83,7 @@ def main(argv=None) -> list[dict]:
     print(table(rows[-1:]).splitlines()[-1], flush=True)
   md = table(rows)
   path = os.path.join(args.out, f"lanes_{device}.md")
-  with open(path + ".tmp", "w") as f:
-    f.write(md + "\n")
-  os.replace(path + ".tmp", path)
+  write_text(path, md)
   print(md)
   return rows
 

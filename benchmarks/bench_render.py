@@ -27,7 +27,7 @@ import warp as wp  # noqa: E402
 import diffsim  # noqa: E402
 from diffsim.render import render_trajectory  # noqa: E402
 
-from .bench_rollout import write_json  # noqa: E402
+from .save import write_json, write_text  # noqa: E402
 
 
 def _so101_source():
@@ -151,10 +151,7 @@ def main(argv=None) -> list[dict]:
         write_json(path + ".json", rows)
         print(table(rows[-1:]).splitlines()[-1], flush=True)
   md = table(rows)
-  tmp = path + ".md.tmp"
-  with open(tmp, "w") as f:
-    f.write(md + "\n")
-  os.replace(tmp, path + ".md")
+  write_text(path + ".md", md)
   print(md)
   return rows
 

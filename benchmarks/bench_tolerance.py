@@ -33,7 +33,7 @@ import diffsim
 from diffsim.scene import SolverSettings
 
 from .bench_rollout import _alternate, _graph, controls
-from .save import write_json
+from .save import write_json, write_text
 
 TOLERANCES = (0.0, 1e-12)
 
@@ -184,10 +184,7 @@ def main(argv=None) -> list[dict]:
     rows.append({"reach": [reach_success(t, device) for t in TOLERANCES]})
     write_json(path + ".json", rows)
   md = table(rows)
-  tmp = path + ".md.tmp"
-  with open(tmp, "w") as f:
-    f.write(md + "\n")
-  os.replace(tmp, path + ".md")
+  write_text(path + ".md", md)
   print(md)
   return rows
 
