@@ -119,10 +119,12 @@ def _contact_locals(
   tmode_out: wp.array[int],  # tangents: _MAKE_FRAME (from the normal), _CAPSULE_AXIS or _FIXED
   dofs_out: wp.array2d[int],  # (naconmax, ncdof) the dofs that move either body (-1: none), ascending
 ):
-  """Freezes a contact's features. `_FACE1` (geom 1 a plane, or neither geom round): the normal turns
-  with body 1, a point on its surface (the anchor) is fixed in body 1, geom 2's feature (a vertex, or a
-  sphere's or capsule's core point) in body 2. `_FACE2` (geom 1 round, geom 2 not): the same with the
-  bodies' roles swapped. `_ROUND` (both round): the normal joins the two core points."""
+  """Freezes a contact's features. `_FACE1` (geom 1 a plane; or neither geom round and geom 1's face
+  lies along the normal at least as well as geom 2's): the normal turns with body 1, a point on its
+  surface (the anchor) is fixed in body 1, geom 2's feature (a vertex, or a sphere's or capsule's core
+  point, a cylinder's lowest rim point) in body 2. `_FACE2` (geom 1 round and geom 2 not, or geom 2's
+  face along the normal): the same with the bodies' roles swapped. `_ROUND` (both round): the normal
+  joins the two core points, a capsule's sliding along its segment unless it is a segment end."""
   c = wp.tid()
   active_out[c] = 0
   if c >= nacon[0]:
