@@ -22,8 +22,8 @@ NSTEP = 20
 # a ball spinning and rolling with torsional and rolling friction (condim 6), a capsule lying on a
 # table box (condim 4, box-capsule), a cylinder rolling on its side (plane-cylinder), a marble on a
 # dome (sphere-sphere). The floor's friction is below every object's, which each contact takes (no
-# tie of the max, where friction has no derivative). Mixed condims in one model (rows of different counts side by side) once
-# hid a stale-row bug that no single-object model showed.
+# tie of the max, where friction has no derivative). Mixed condims in one model (rows of different
+# counts side by side) once hid a stale-row bug that no single-object model showed.
 CONTACT_ZOO = """
 <mujoco model="contact_zoo">
   <option timestep="0.005"/>

@@ -651,8 +651,8 @@ class ContactRows:
     c = d.contact
     wp.launch(_contact_locals, dim=self.nc, device=s.device,
               inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
-                      s.model.body_isdofancestor, s.model.mesh_polyadr, s.model.mesh_polynum, s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat,
-                      d.geom_xpos, d.geom_xmat, c.dist,
+                      s.model.body_isdofancestor, s.model.mesh_polyadr, s.model.mesh_polynum,
+                      s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat, d.geom_xpos, d.geom_xmat, c.dist,
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
               outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis1,
                        self.axis2, self.tangent, self.tmode, self.dofs])
