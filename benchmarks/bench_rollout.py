@@ -319,9 +319,11 @@ def table(rows: list[dict]) -> str:
       f"{_fmt(r['grad_over_fwd_per_lane'], '.2f')} | {r['nlane']} | {_fmt(r.get('fwd_spread'), '.2f')} | "
       f"{_fmt(r.get('compile_s'), '.1f')} |")
   lines.append("")
-  lines.append(f"As written: the MJCF's own solver tolerance; the other columns run diffsim's (tolerance "
-               f"{rows[0].get('tolerance', 0.0):g}, so that all perturbation lanes take the same path). fwd spread: "
-               "(max - min) / median of the captured forward's repeats.")
+  tol, lane_tol = rows[0].get("tolerance", 0.0), rows[0].get("lane_tolerance", rows[0].get("tolerance", 0.0))
+  lanes = ("" if lane_tol == tol else f"; the perturbation lanes run at {lane_tol:g}, so that they all take their "
+           "nominal world's path")
+  lines.append(f"As written: the MJCF's own solver tolerance; the other columns run diffsim's forward (tolerance "
+               f"{tol:g}{lanes}). fwd spread: (max - min) / median of the captured forward's repeats.")
   return "\n".join(lines)
 
 
