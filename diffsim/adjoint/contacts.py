@@ -66,6 +66,18 @@ def _radius(geom_type: int, size: wp.vec3) -> float:
 
 
 @wp.func
+def _geom_axis(xmat: wp.mat33) -> wp.vec3:
+  """A geom's local z axis (a capsule's or cylinder's axis) in the world frame."""
+  return wp.vec3(xmat[0, 2], xmat[1, 2], xmat[2, 2])
+
+
+@wp.func
+def _inside_segment(point: wp.vec3, center: wp.vec3, axis: wp.vec3, half: float) -> bool:
+  """Whether `point` on a capsule's core segment lies strictly between its ends."""
+  return wp.abs(wp.dot(point - center, axis)) < half * (1.0 - 1.0e-5)
+
+
+@wp.func
 def _face_alignment(geom_type: int, dataid: int, R: wp.mat33, outward: wp.vec3,
                     mesh_polyadr: wp.array[int], mesh_polynum: wp.array[int],
                     mesh_polynormal: wp.array[wp.vec3]) -> float:
@@ -187,26 +199,23 @@ def _contact_locals(
     # a capsule's core point is the point of its segment closest to the other core: it slides along the
     # axis unless it is an end of the segment (then it is rigid on the body)
     core1 = p1 - r1 * n
-    if t1 == _CAPSULE:
-      a1 = wp.vec3(geom_xmat[w, g[0]][0, 2], geom_xmat[w, g[0]][1, 2], geom_xmat[w, g[0]][2, 2])
-      half1 = geom_size[w % geom_size.shape[0], g[0]][1]
-      if wp.abs(wp.dot(core1 - geom_xpos[w, g[0]], a1)) < half1 * (1.0 - 1.0e-5):
-        axis1_out[c] = wp.transpose(R1) @ a1
+    a1 = _geom_axis(geom_xmat[w, g[0]])
+    a2 = _geom_axis(geom_xmat[w, g[1]])
+    sizes = w % geom_size.shape[0]
+    slides1 = t1 == _CAPSULE and _inside_segment(core1, geom_xpos[w, g[0]], a1, geom_size[sizes, g[0]][1])
+    if slides1:
+      axis1_out[c] = wp.transpose(R1) @ a1
     if geom_type[g[1]] == _CAPSULE:
-      a2 = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
-      half2 = geom_size[w % geom_size.shape[0], g[1]][1]
-      slides = wp.abs(wp.dot(core2 - geom_xpos[w, g[1]], a2)) < half2 * (1.0 - 1.0e-5)
-      if t1 == _CAPSULE and wp.length_sq(axis1_out[c]) == 0.0:
-        # parallel capsules touch where one's segment end meets the other's side: that side slides
-        a1 = wp.vec3(geom_xmat[w, g[0]][0, 2], geom_xmat[w, g[0]][1, 2], geom_xmat[w, g[0]][2, 2])
-        if wp.abs(wp.dot(a1, a2)) > 1.0 - 1.0e-6:
-          slides = True
-      if slides:
+      slides2 = _inside_segment(core2, geom_xpos[w, g[1]], a2, geom_size[sizes, g[1]][1])
+      # parallel capsules touch where one's segment end meets the other's side: that side slides
+      if t1 == _CAPSULE and not slides1 and wp.abs(wp.dot(a1, a2)) > 1.0 - 1.0e-6:
+        slides2 = True
+      if slides2:
         axis2_out[c] = wp.transpose(R2) @ a2
   if mode == _FACE1 and geom_type[g[1]] == _CYLINDER:
     # a cylinder's side or rim: the contact point is its lowest point around the axis (it stays put when
     # the cylinder rolls), unless the normal runs along the axis (a flat face: a rigid rim point)
-    axis = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
+    axis = _geom_axis(geom_xmat[w, g[1]])
     radial = -n + wp.dot(n, axis) * axis
     if wp.length(radial) > 1.0e-3:
       r2 = geom_size[w % geom_size.shape[0], g[1]][0]
@@ -216,7 +225,7 @@ def _contact_locals(
   # MJWarp's tangents are `make_frame(n)` except plane-capsule's, which follow the capsule's axis
   tmode_out[c] = _MAKE_FRAME
   if t1 == _PLANE and geom_type[g[1]] == _CAPSULE:
-    axis = wp.vec3(geom_xmat[w, g[1]][0, 2], geom_xmat[w, g[1]][1, 2], geom_xmat[w, g[1]][2, 2])
+    axis = _geom_axis(geom_xmat[w, g[1]])
     if wp.length(axis - n * wp.dot(n, axis)) < 0.5:
       tmode_out[c] = _FIXED
       tangent_out[c] = frame[1]
