@@ -12,8 +12,9 @@ implicitfast integrators take it:
   v' = v + h a_e,   q' = q (+) h v',   w' = w + h w_dot(w, u)
 
 `tau_ID = M a + c(q, v)` is inverse dynamics (recursive Newton-Euler at a fixed acceleration), `f` the
-actuator, passive and constraint forces (joint limits, dof friction and joint equalities: rows whose
-force is `-D (J a - aref)` in the quadratic regime, a constant in the linear one), `B` the dof damping
+actuator, passive and constraint forces (joint and tendon limits, dof and tendon friction, joint
+equalities and contacts: rows whose force is `-D (J a - aref)` in the quadratic regime, a constant in
+the linear one), `B` the dof damping
 (Euler; none when `eulerdamp` is off) or minus implicitfast's `qDeriv` (damping and the actuators'
 velocity gains; on a free body, a tree of one free joint, also its bias force's velocity derivative,
 the gyroscopic term, which makes that 6 x 6 block unsymmetric). By the implicit function theorem two
@@ -28,9 +29,9 @@ is written by hand (the quaternion exponential's right Jacobian for ball and fre
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
 is checked up front (`analytic_coverage`): a model feature the adjoint does not differentiate
-(contacts, tendons, connect and weld equalities, ...) makes `gradient="auto"` fall back to the
-finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows will slot
-into the same constraint solve, with their Jacobians rebuilt from the frozen contact frames.
+(elliptic cones, geom-wrapping tendons, connect and weld equalities, ...) makes `gradient="auto"` fall
+back to the finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows
+join the same constraint solve, their Jacobians rebuilt from the frozen contact set (`contacts.py`).
 
 One file per stage:
 
@@ -39,8 +40,11 @@ One file per stage:
   kinematics.py   frames, com, cinert, cdof, velocities, site frames
   dynamics.py     recursive Newton-Euler, passive forces, damping and free-body gyroscopic terms
   actuation.py    actuator forces, activation dynamics, actuator velocity gains
+  tendons.py      tendon lengths, Jacobians, springs and dampers, limit and friction rows; tendon and
+                  site transmissions (`TendonRows`, `record_transmissions`)
   sensors.py      the covered sensors
   constraints.py  `_kbimp`, joint-limit, dof-friction and joint-equality rows (`record_rows`)
+  contacts.py     contact rows of the frozen contact set (`ContactRows`)
   solve.py        mass matrix, Cholesky, damped acceleration, free-body 6 x 6 solves, integrator VJP,
                   the constraint adjoint (IFT)
   program.py      `_Program`: the replay's recorded launches, forward and reverse

@@ -1,10 +1,12 @@
-"""Actuation, replayed differentiably: activation dynamics, gains and biases through joint
-transmissions (`qfrc_actuator`, `actuator_force`, the next activation), and the actuators' velocity
-gains that implicitfast integrates implicitly (their part of `B`).
+"""Actuation, replayed differentiably: activation dynamics, gains and biases through joint, tendon and
+site transmissions (`qfrc_actuator`, `actuator_force`, the next activation), and the joint actuators'
+velocity gains that implicitfast integrates implicitly (their part of `B`; `coverage.py` refuses
+velocity gains on tendon and site actuators there).
 """
 
 from __future__ import annotations
 
+import mujoco
 import warp as wp
 
 from mujoco_warp._src.types import vec10
@@ -12,6 +14,8 @@ from mujoco_warp._src.types import vec10
 from ..joints import BALL, HINGE, SLIDE
 from .coverage import _BIAS_AFFINE, _DYN_FILTER, _DYN_FILTEREXACT, _DYN_NONE, _GAIN_AFFINE
 from .spatial import _MINVAL
+
+_TRN_JOINT, _TRN_JOINTINPARENT = int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)
 
 
 @wp.kernel
@@ -21,6 +25,7 @@ def _actuation(
   jnt_type: wp.array[int],
   jnt_qposadr: wp.array[int],
   jnt_dofadr: wp.array[int],
+  actuator_trntype: wp.array[int],
   actuator_trnid: wp.array[wp.vec2i],
   actuator_dyntype: wp.array[int],
   actuator_gaintype: wp.array[int],
@@ -42,6 +47,9 @@ def _actuation(
   qvel: wp.array2d[float],
   act: wp.array2d[float],
   ctrl: wp.array2d[float],
+  trn_length: wp.array2d[float],  # (nworld, nu) tendon and site transmissions (tendons.record_transmissions)
+  trn_velocity: wp.array2d[float],
+  trn_moment: wp.array3d[float],  # (nworld, nu, nv)
   # Out:
   qfrc_out: wp.array2d[float],  # (nworld, nv), zeroed
   force_out: wp.array2d[float],  # (nworld, nu) actuator forces
@@ -49,7 +57,8 @@ def _actuation(
 ):
   """Joint-transmission actuators: `force = gain * (ctrl or act) + bias`, as MJWarp's
   `_actuator_force`, and the activation's Euler step (`next_act`). Ball and free joints: motors
-  (fixed gain, no bias), whose moment is the gear."""
+  (fixed gain, no bias), whose moment is the gear; tendon and site transmissions: the length,
+  velocity and moment `record_transmissions` replayed."""
   w, u = wp.tid()
   c = ctrl[w, u]
   if actuator_ctrllimited[u] and clampctrl != 0:
@@ -73,16 +82,23 @@ def _actuation(
       anext = wp.clamp(anext, r[0], r[1])
     act_next_out[w, adr] = anext
     inp = a
+  joint = actuator_trntype[u] == _TRN_JOINT or actuator_trntype[u] == _TRN_JOINTINPARENT
   jnt = actuator_trnid[u][0]
   gears = actuator_gear[w % actuator_gear.shape[0], u]
   gear = gears[0]
-  d = jnt_dofadr[jnt]
-  typ = jnt_type[jnt]
+  d = int(0)
+  typ = int(-1)
   length = float(0.0)
   velocity = float(0.0)
-  if typ == HINGE or typ == SLIDE:
-    length = gear * qpos[w, jnt_qposadr[jnt]]
-    velocity = gear * qvel[w, d]
+  if joint:
+    d = jnt_dofadr[jnt]
+    typ = jnt_type[jnt]
+    if typ == HINGE or typ == SLIDE:
+      length = gear * qpos[w, jnt_qposadr[jnt]]
+      velocity = gear * qvel[w, d]
+  else:
+    length = trn_length[w, u]
+    velocity = trn_velocity[w, u]
   gainprm = actuator_gainprm[w % actuator_gainprm.shape[0], u]
   biasprm = actuator_biasprm[w % actuator_biasprm.shape[0], u]
   gain = gainprm[0]
@@ -96,7 +112,10 @@ def _actuation(
     r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
     force = wp.clamp(force, r[0], r[1])
   force_out[w, u] = force
-  if typ == HINGE or typ == SLIDE:
+  if not joint:
+    for i in range(qfrc_out.shape[1]):
+      wp.atomic_add(qfrc_out, w, i, trn_moment[w, u, i] * force)
+  elif typ == HINGE or typ == SLIDE:
     wp.atomic_add(qfrc_out, w, d, gear * force)
   elif typ == BALL:
     for i in range(3):
@@ -111,6 +130,7 @@ def _actuator_velocity_diag(
   # Model:
   jnt_type: wp.array[int],
   jnt_dofadr: wp.array[int],
+  actuator_trntype: wp.array[int],
   actuator_trnid: wp.array[wp.vec2i],
   actuator_dyntype: wp.array[int],
   actuator_gaintype: wp.array[int],
@@ -131,6 +151,8 @@ def _actuator_velocity_diag(
   """implicitfast's actuator term of `-qDeriv`: `-gear^2 (biasprm[2] + gainprm[2] * input)` of
   affine actuators whose force is not clamped (MJWarp's `_qderiv_actuator_passive_vel`)."""
   w, u = wp.tid()
+  if actuator_trntype[u] != _TRN_JOINT and actuator_trntype[u] != _TRN_JOINTINPARENT:
+    return
   jnt = actuator_trnid[u][0]
   typ = jnt_type[jnt]
   if typ == HINGE or typ == SLIDE:

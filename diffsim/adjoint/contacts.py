@@ -13,7 +13,8 @@ What stays a function of `q` is rebuilt in differentiable kernels from the repla
     cylinder's lowest rim point around its axis) moves with its own body, and
     `dist = n . (p_feature - p_anchor)` less the feature's rounding radius;
   - round (`_ROUND`): two spheres or capsules: the normal joins their core points, a capsule's
-    sliding along its segment (the segments' closest points) unless it is a segment end.
+    sliding along its segment (the segments' closest points) unless it is a segment end;
+    coincident core points (`_COINCIDENT`) keep MJWarp's normal, a fixed world axis.
 
 The contact point is the witness points' midpoint and the tangents are `make_frame(n)`, except
 plane-capsule's, which follow the capsule's axis, as MJWarp's do. At the nominal `q` these equal
@@ -53,7 +54,7 @@ _G = mujoco.mjtGeom
 _PLANE, _SPHERE, _CAPSULE, _CYLINDER = int(_G.mjGEOM_PLANE), int(_G.mjGEOM_SPHERE), int(_G.mjGEOM_CAPSULE), \
   int(_G.mjGEOM_CYLINDER)
 _BOX, _MESH = int(_G.mjGEOM_BOX), int(_G.mjGEOM_MESH)
-_FACE1, _FACE2, _ROUND = 0, 1, 2  # which body's surface defines the normal (see `_contact_locals`)
+_FACE1, _FACE2, _ROUND, _COINCIDENT = 0, 1, 2, 3  # which body's surface defines the normal (`_contact_locals`)
 _MAKE_FRAME, _CAPSULE_AXIS, _FIXED = 0, 1, 2  # how the tangents follow (see `_contact_locals`)
 
 
@@ -120,11 +121,11 @@ def _contact_locals(
   contact_type: wp.array[int],
   # Out:
   active_out: wp.array[int],  # (naconmax,) 1: the contact has constraint rows
-  mode_out: wp.array[int],  # _FACE1, _FACE2 or _ROUND
+  mode_out: wp.array[int],  # _FACE1, _FACE2, _ROUND or _COINCIDENT
   local1_out: wp.array[wp.vec3],  # a point fixed in body 1's frame (see the modes)
   local2_out: wp.array[wp.vec3],  # a point fixed in body 2's frame
   radius_out: wp.array[wp.vec2],  # geoms' rounding (sphere, capsule radius; 0 otherwise)
-  frame_out: wp.array[wp.mat33],  # contact frame in the face body's frame (_ROUND: the world frame)
+  frame_out: wp.array[wp.mat33],  # contact frame in the face body's frame (_ROUND, _COINCIDENT: the world frame)
   axis1_out: wp.array[wp.vec3],  # _ROUND: geom 1 a capsule whose core point slides along its axis: the axis
   axis2_out: wp.array[wp.vec3],  # _FACE1, geom 2 a cylinder on its side or rim; _ROUND, as axis1_out: its axis
   tangent_out: wp.array[wp.vec3],  # plane-capsule: the capsule's axis in body 2's frame, or a fixed tangent
@@ -180,9 +181,9 @@ def _contact_locals(
       mode = _FACE2
   core2 = p2 + r2 * n
   if mode == _ROUND and dist + r1 + r2 < 1.0e-6 * (r1 + r2):
-    # coincident core points: the normal joining them is undefined (MJWarp picks one); keep MJWarp's,
-    # turning with body 1, as a face
-    mode = _FACE1
+    # coincident core points: the normal joining them is undefined and MJWarp's is a fixed world axis;
+    # keep it (and its frame) fixed in the world
+    mode = _COINCIDENT
   # the rows' Jacobians are nonzero only on the dofs that move either body: kept compact
   k = int(0)
   for i in range(body_isdofancestor.shape[1]):
@@ -224,7 +225,10 @@ def _contact_locals(
   radius_out[c] = wp.vec2(r1, r2)
   # MJWarp's tangents are `make_frame(n)` except plane-capsule's, which follow the capsule's axis
   tmode_out[c] = _MAKE_FRAME
-  if t1 == _PLANE and geom_type[g[1]] == _CAPSULE:
+  if mode == _COINCIDENT:
+    tmode_out[c] = _FIXED
+    tangent_out[c] = frame[1]
+  elif t1 == _PLANE and geom_type[g[1]] == _CAPSULE:
     axis = _geom_axis(geom_xmat[w, g[1]])
     if wp.length(axis - n * wp.dot(n, axis)) < 0.5:
       tmode_out[c] = _FIXED
@@ -301,6 +305,11 @@ def _contact_geometry(
     dist = wp.dot(n, q2 - p1)
     dist_out[c] = dist
     pos_out[c] = p1 + 0.5 * dist * n
+  elif m == _COINCIDENT:
+    n = frame_local[c][0]
+    dist = wp.dot(n, q2 - q1) - r[0] - r[1]
+    dist_out[c] = dist
+    pos_out[c] = q1 + (r[0] + 0.5 * dist) * n
   else:
     # capsules' core points slide along their axes (the segments' closest points; see _contact_locals)
     s1 = wp.length_sq(axis1[c]) > 0.0

@@ -24,6 +24,10 @@ COVERED_PARAM_FIELDS = (
 
 _DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT = 0, 1, 2, 3
 _GAIN_FIXED, _GAIN_AFFINE = 0, 1
+_TRN_JOINT, _TRN_TENDON, _TRN_SITE = int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON), \
+  int(mujoco.mjtTrn.mjTRN_SITE)
+_W = mujoco.mjtWrap
+_WRAPS = (int(_W.mjWRAP_JOINT), int(_W.mjWRAP_SITE), int(_W.mjWRAP_PULLEY))
 _BIAS_NONE, _BIAS_AFFINE = 0, 1
 _O = mujoco.mjtObj
 _OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(_O.mjOBJ_BODY), int(_O.mjOBJ_XBODY), int(_O.mjOBJ_SITE)
@@ -63,8 +67,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       return "adhesive contacts (geom or pair adhesion)"
     if mjm.ngeom and np.any(mjm.geom_surfacevel):
       return "contacts with surface velocity (geom surfacevel)"
-  if mjm.ntendon:
-    return "tendons"
+  why = _tendons_uncovered(mjm)
+  if why:
+    return why
   if constraints_on and not off & dsbl.mjDSBL_EQUALITY:
     for e in range(mjm.neq):
       if int(mjm.eq_type[e]) != int(mujoco.mjtEq.mjEQ_JOINT):
@@ -72,8 +77,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       for j in mjm.eq_obj1id[e], mjm.eq_obj2id[e]:
         if j >= 0 and mjm.jnt_type[j] not in (HINGE, SLIDE):
           return "joint equalities of ball or free joints"
-  limits = constraints_on and not off & dsbl.mjDSBL_LIMIT and mjm.jnt_limited.any()
-  friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and mjm.dof_frictionloss.any()
+  limits = constraints_on and not off & dsbl.mjDSBL_LIMIT and (mjm.jnt_limited.any() or mjm.tendon_limited.any())
+  friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and (mjm.dof_frictionloss.any() or
+                                                                        mjm.tendon_frictionloss.any())
   if limits:
     for j in np.flatnonzero(mjm.jnt_limited):
       if mjm.jnt_type[j] not in (HINGE, SLIDE):
@@ -84,9 +90,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
     if inertial:
       # the rows' regularization reads dof_invweight0 and body_invweight0, which MuJoCo derives from the
       # inertia at qpos0
-      return (f"inertial parameter {inertial[0]} in a model with contacts, joint limits, dof friction or joint "
-              "equalities (their constraint rows' softness depends on the inertia through dof_invweight0 and "
-              "body_invweight0)")
+      return (f"inertial parameter {inertial[0]} in a model with contacts, joint or tendon limits, dof or tendon "
+              "friction or joint equalities (their constraint rows' softness depends on the inertia through "
+              "dof_invweight0, tendon_invweight0 and body_invweight0)")
   if mjm.nflex or mjm.nplugin:
     return "flexes or plugins"
   if mjm.nmocap:
@@ -109,16 +115,22 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
       return name.replace("_", " ")
   if mjm.njnt and getattr(mjm, "jnt_actfrclimited", np.zeros(1)).any():
     return "joint actuator force limits (actuatorfrcrange)"
+  implicitfast = integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)
   for i in range(mjm.nu):
     name = _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
     trn = int(mjm.actuator_trntype[i])
-    scalar = trn in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)) and \
-      mjm.jnt_type[mjm.actuator_trnid[i, 0]] in (SLIDE, HINGE)
-    motor = trn == int(mujoco.mjtTrn.mjTRN_JOINT) and mjm.actuator_gaintype[i] == _GAIN_FIXED and \
-      mjm.actuator_biastype[i] == _BIAS_NONE
-    if not scalar and not motor:
-      return (f"actuator {name}'s transmission (joints; on ball and free joints only motors without "
-              "joint-in-parent)")
+    joint = trn in (_TRN_JOINT, int(mujoco.mjtTrn.mjTRN_JOINTINPARENT))
+    scalar = joint and mjm.jnt_type[mjm.actuator_trnid[i, 0]] in (SLIDE, HINGE)
+    motor = trn == _TRN_JOINT and mjm.actuator_gaintype[i] == _GAIN_FIXED and mjm.actuator_biastype[i] == _BIAS_NONE
+    other = trn == _TRN_TENDON or (trn == _TRN_SITE and mjm.actuator_trnid[i, 1] < 0)
+    if not scalar and not motor and not other:
+      return (f"actuator {name}'s transmission (joints, tendons and sites without a reference site; on ball and "
+              "free joints only motors without joint-in-parent)")
+    if other and implicitfast and (
+        (mjm.actuator_gaintype[i] == _GAIN_AFFINE and mjm.actuator_gainprm[i, 2] != 0) or
+        (mjm.actuator_biastype[i] == _BIAS_AFFINE and mjm.actuator_biasprm[i, 2] != 0)):
+      return (f"actuator {name}'s velocity gain on a tendon or site transmission with the implicitfast integrator "
+              "(its dense velocity derivative)")
     if mjm.actuator_gaintype[i] not in (_GAIN_FIXED, _GAIN_AFFINE) or \
         mjm.actuator_biastype[i] not in (_BIAS_NONE, _BIAS_AFFINE):
       return f"actuator {name}'s gain or bias type (fixed and affine only)"
@@ -133,6 +145,30 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   return None
 
 
+def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
+  """Fixed tendons and spatial tendons through sites and pulleys, with springs, dampers, limits,
+  friction and actuators; not geom wrapping, tendon armature, polynomial springs and dampers,
+  plasticity, actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
+  for t in range(mjm.ntendon):
+    name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
+    wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
+    if not np.isin(wraps, _WRAPS).all():
+      return f"{name}'s wrapping around a geom (fixed tendons and spatial tendons through sites and pulleys only)"
+    if mjm.tendon_armature[t]:
+      return f"{name}'s armature"
+    if np.any(mjm.tendon_stiffnesspoly[t]) or np.any(mjm.tendon_dampingpoly[t]):
+      return f"{name}'s polynomial stiffness or damping"
+    if mjm.tendon_plasticadr[t] >= 0:
+      return f"{name}'s plasticity"
+    if mjm.tendon_actfrclimited[t]:
+      return f"{name}'s actuator force limits (actuatorfrcrange)"
+    if mjm.tendon_damping[t] and mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST and \
+        not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER:
+      return (f"{name}'s damping with the implicitfast integrator (its dense velocity derivative; Euler "
+              "integrates it explicitly)")
+  return None
+
+
 def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
   typ, objtype, obj = int(mjm.sensor_type[i]), int(mjm.sensor_objtype[i]), int(mjm.sensor_objid[i])
   if typ not in _SENSORS:
@@ -141,6 +177,9 @@ def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
     return "a reference frame"
   if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (HINGE, SLIDE):
     return "a ball or free joint"
+  if typ in (_SENS_ACTUATORPOS, _SENS_ACTUATORVEL) and mjm.actuator_trntype[obj] not in (
+      _TRN_JOINT, int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)):
+    return "an actuator on a tendon or site transmission"
   if typ in (_SENS_FRAMEPOS, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS,
              _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE, _OBJ_GEOM):
     return "a frame that is not a body, geom or site"

@@ -24,6 +24,7 @@ from .kinematics import _cdof, _cdof_dot, _cinert, _inertial_frames, _kinematics
   _subtree_sums, _velocities
 from .program import _Program
 from .sensors import _sensors
+from .tendons import TendonRows, record_transmissions
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
   _integrator_vjp, _mass_matrix
 
@@ -379,18 +380,26 @@ class AnalyticStep:
                                             m.dof_damping, 0.0 if off & dsbl.mjDSBL_SPRING else 1.0,
                                             0.0 if off & dsbl.mjDSBL_DAMPER else 1.0, self.qpos, self.qvel],
                [qfrc_passive])
+    self.tendons = None
+    if mjm.ntendon:
+      self.tendons = TendonRows(mjm, m, P, arr, accumulated, qpos=self.qpos, qvel=self.qvel, qacc=self.qacc,
+                                site_xpos=site_xpos, com=com, cdof=cdof, qfrc_passive=qfrc_passive,
+                                qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     if nu and not off & dsbl.mjDSBL_ACTUATION:
+      trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
+                                 site_xmat=site_xmat, com=com, cdof=cdof)
       P.launch("state", _actuation, (n, nu),
-               [h, m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
+               [h, m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype,
+                m.actuator_gaintype,
                 m.actuator_biastype, m.actuator_actadr, m.actuator_ctrllimited, m.actuator_forcelimited,
                 m.actuator_actlimited, m.actuator_ctrlrange, m.actuator_forcerange, m.actuator_actrange,
                 m.actuator_gear, m.actuator_dynprm, m.actuator_gainprm, m.actuator_biasprm,
-                0 if off & dsbl.mjDSBL_CLAMPCTRL else 1, self.qpos, self.qvel, self.act, self.ctrl],
+                0 if off & dsbl.mjDSBL_CLAMPCTRL else 1, self.qpos, self.qvel, self.act, self.ctrl, *trn],
                [qfrc_actuator, actuator_force, self.act_next])
     P.launch("state", _damping_diag, (n, nv), [m.dof_damping, 0.0 if off & dsbl.mjDSBL_DAMPER else 1.0], [bdiag])
     if implicitfast and nu and not off & dsbl.mjDSBL_ACTUATION:
       P.launch("state", _actuator_velocity_diag, (n, nu),
-               [m.jnt_type, m.jnt_dofadr, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
+               [m.jnt_type, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
                 m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, self.act, self.ctrl, actuator_force], [bdiag])
     if ns and not off & dsbl.mjDSBL_SENSOR:
@@ -427,6 +436,8 @@ class AnalyticStep:
     # constraint rows at the solver's acceleration: each kind adds its forces into qfrc_constraint and
     # its rows' J^T D J into jtdj (the IFT's Hessian M + J^T D J)
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
+    if self.tendons is not None and self.tendons.any_rows:
+      self.constrained = True
     self.contacts = None
     if not off & dsbl.mjDSBL_CONSTRAINT and can_make_contacts(mjm):
       self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
@@ -442,7 +453,8 @@ class AnalyticStep:
     self.values = dict(xpos=xpos, xquat=xquat, xipos=xipos, cinert=cinert, cdof=cdof, qfrc_passive=qfrc_passive,
                        qfrc_actuator=qfrc_actuator, actuator_force=actuator_force, qfrc_constraint=qfrc_constraint,
                        act=self.act_next, sensordata=self.sensordata, tau_e=self.tau_e, tau_a=self.tau_a,
-                       damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}))
+                       damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}),
+                       **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
@@ -479,6 +491,8 @@ class AnalyticStep:
     P.forward("step")
     if self.contacts is not None:
       self.contacts.hessian()
+    if self.tendons is not None:
+      self.tendons.hessian()
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints

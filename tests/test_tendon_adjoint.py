@@ -1,0 +1,209 @@
+"""The analytic adjoint through tendons and site transmissions (issue 26, `diffsim/adjoint/tendons.py`)
+against float64 MuJoCo C: a tendon-driven finger pressing on a pad, a free body with thrusters, MJWarp's
+pulley test model, and what it refuses.
+"""
+
+import os
+
+import mujoco
+import mujoco_warp as mjw
+import numpy as np
+import pytest
+import warp as wp
+from conftest import DEVICE
+
+import diffsim
+from diffsim.adjoint.coverage import analytic_coverage
+
+NSTEP = 20
+
+# A three-phalanx finger: a spatial flexor through sites along the palm side (a motor pulls it; its
+# friction and its lower length limit act), a spatial extensor with a pulley (a spring with a dead band,
+# a damper, a position servo), and a fixed tendon coupling the two distal joints (a spring and a
+# limit). The fingertip presses on a pad: contact rows beside the tendon rows.
+FINGER = """<mujoco model="tendon_finger">
+  <option timestep="0.002"/>
+  <default>
+    <joint type="hinge" axis="0 1 0" damping="0.02" limited="true" range="-10 100"/>
+    <geom type="capsule" size="0.008" mass="0.02"/>
+    <site size="0.003"/>
+  </default>
+  <worldbody>
+    <geom name="pad" type="box" pos="0.06 0 -0.075" size="0.03 0.03 0.01"/>
+    <body name="proximal" pos="0 0 0">
+      <joint name="mcp"/>
+      <geom fromto="0 0 0 0.045 0 0"/>
+      <site name="p0" pos="0.01 0 -0.012"/>
+      <site name="p1" pos="0.04 0 -0.012"/>
+      <site name="e0" pos="0.02 0 0.012"/>
+      <body name="middle" pos="0.045 0 0">
+        <joint name="pip"/>
+        <geom fromto="0 0 0 0.03 0 0"/>
+        <site name="m0" pos="0.005 0 -0.011"/>
+        <site name="m1" pos="0.025 0 -0.011"/>
+        <body name="distal" pos="0.03 0 0">
+          <joint name="dip"/>
+          <geom fromto="0 0 0 0.02 0 0"/>
+          <geom name="tip" type="sphere" pos="0.022 0 0" size="0.01" friction="0.8"/>
+          <site name="d0" pos="0.006 0 -0.01"/>
+        </body>
+      </body>
+    </body>
+    <site name="anchor" pos="-0.03 0 -0.01"/>
+    <site name="ext_anchor" pos="-0.03 0 0.015"/>
+  </worldbody>
+  <tendon>
+    <spatial name="flexor" frictionloss="0.01" limited="true" range="0.0925 0.2">
+      <site site="anchor"/>
+      <site site="p0"/>
+      <site site="p1"/>
+      <site site="m0"/>
+      <site site="m1"/>
+      <site site="d0"/>
+    </spatial>
+    <spatial name="extensor" stiffness="40" springlength="0.055 0.06" damping="0.05">
+      <site site="ext_anchor"/>
+      <site site="e0"/>
+      <pulley divisor="2"/>
+      <site site="e0"/>
+      <site site="m1"/>
+    </spatial>
+    <fixed name="coupling" limited="true" range="-0.3 0.3" stiffness="0.5">
+      <joint joint="pip" coef="1"/>
+      <joint joint="dip" coef="-1.2"/>
+    </fixed>
+  </tendon>
+  <actuator>
+    <motor name="pull" tendon="flexor" gear="-1"/>
+    <position name="servo" tendon="extensor" kp="5"/>
+  </actuator>
+</mujoco>"""
+
+# A free body with four thrusters (site transmissions: force along each site's z, a yaw torque) and a
+# pendulum whose tip site carries an affine actuator with a velocity bias.
+THRUSTERS = """<mujoco model="thrusters">
+  <option timestep="0.01"/>
+  <worldbody>
+    <body name="drone" pos="0 0 1" euler="10 -5 20">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.02" mass="0.5"/>
+      <site name="r1" pos="0.1 0.1 0" euler="5 0 0"/>
+      <site name="r2" pos="-0.1 0.1 0"/>
+      <site name="r3" pos="-0.1 -0.1 0" euler="0 -8 0"/>
+      <site name="r4" pos="0.1 -0.1 0"/>
+      <body name="arm" pos="0 0 -0.05">
+        <joint name="hinge" axis="1 0 0" damping="0.01"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.1" size="0.01" mass="0.05"/>
+        <site name="tip" pos="0 0 -0.1"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor site="r1" gear="0 0 1 0 0 0.02"/>
+    <motor site="r2" gear="0 0 1 0 0 -0.02"/>
+    <motor site="r3" gear="0 0 1 0 0 0.02"/>
+    <motor site="r4" gear="0 0 1 0 0 -0.02"/>
+    <general site="tip" gear="1 0 0 0 0 0" gaintype="affine" gainprm="1 0 0" biastype="affine" biasprm="0 0 -0.1"/>
+  </actuator>
+  <sensor>
+    <framepos objtype="site" objname="tip"/>
+  </sensor>
+</mujoco>"""
+
+
+def _settled_finger(mjm):
+  d = mujoco.MjData(mjm)
+  d.ctrl[:] = [3.0, 0.06]
+  for _ in range(600):  # the fingertip on the pad, the flexor at its lower limit
+    mujoco.mj_step(mjm, d)
+  types = set(d.efc_type[:d.nefc].tolist())
+  assert {int(mujoco.mjtConstraint.mjCNSTR_FRICTION_TENDON), int(mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON),
+          int(mujoco.mjtConstraint.mjCNSTR_CONTACT_PYRAMIDAL)} <= types, types
+  return d.qpos.copy(), d.qvel.copy()
+
+
+@pytest.fixture(scope="module")
+def finger():
+  return diffsim.Scene.from_xml(FINGER, nworld=2, device=DEVICE)
+
+
+def test_replay_equals_mjwarp(finger):
+  """The replayed tendon lengths, passive, actuator and constraint forces equal MJWarp's at the
+  settled finger's state."""
+  qpos0, qvel0 = _settled_finger(finger.mjm)
+  n = finger.nworld
+  ro = diffsim.Rollout(finger, 1, gradient="analytic")
+  u = wp.array(np.tile(np.float32([[3.0, 0.06]]), (n, 1, 1)), dtype=float, device=finger.device)
+  with wp.Tape():
+    traj = ro(u, qpos0=qpos0.astype(np.float32), qvel0=qvel0.astype(np.float32))
+  ro.adjoint.rebuild()
+  ro.adjoint.replay(traj, ro.buffers.qacc, 0, 0, True)
+  d = mjw.put_data(finger.mjm, mujoco.MjData(finger.mjm), nworld=n)
+  for name in ("qpos", "qvel"):
+    getattr(d, name).assign(getattr(traj, name).numpy()[:, 0])
+  d.ctrl.assign(u.numpy()[:, 0])
+  mjw.step(finger.model, d)
+  got = ro.adjoint.values
+  for k in ("ten_length", "qfrc_passive", "qfrc_actuator", "qfrc_constraint"):
+    want = getattr(d, k).numpy()
+    scale = max(np.abs(want).max(), 1.0)
+    np.testing.assert_allclose(got[k].numpy(), want, rtol=0, atol=2e-5 * scale, err_msg=k)
+
+
+def test_tendon_finger(finger):
+  """Tendon rows (limit, friction) and contact rows in one solve, springs, dampers and a servo on
+  tendons. Measured: analytic 3.0e-5 (ctrl), 6.7e-6 (qpos0), 9.0e-6 (qvel0); the lanes 8.1e-3,
+  1.1e-3, 7.1e-4."""
+  qpos0, qvel0 = _settled_finger(finger.mjm)
+  ctrl = np.array([3.0, 0.06]) + np.array([0.3, 0.005]) * np.random.default_rng(1).standard_normal((NSTEP, 2))
+  ana = diffsim.check_gradients(finger, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")
+  lanes = diffsim.check_gradients(finger, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="finite_difference")
+  print("analytic:", ana)
+  print("lanes:", lanes)
+  for k, err in ana.rel_err.items():
+    assert err < 1e-4 and err < 0.1 * lanes.rel_err[k], (k, err, lanes.rel_err[k])
+
+
+def test_thrusters():
+  """Site transmissions: the moment `jac^T R gear` turns and moves with the site. Measured: analytic
+  3.8e-7 (ctrl), 2.6e-6 (qpos0), 2.4e-7 (qvel0); the lanes 1.1e-4, 6.8e-3, 1.8e-4."""
+  scene = diffsim.Scene.from_xml(THRUSTERS, nworld=2, device=DEVICE)
+  rng = np.random.default_rng(0)
+  qvel0 = 0.3 * rng.standard_normal(scene.nv)
+  ctrl = 0.5 * rng.standard_normal((NSTEP, scene.nu))
+  ana = diffsim.check_gradients(scene, ctrl, qvel0=qvel0, gradient="analytic")
+  lanes = diffsim.check_gradients(scene, ctrl, qvel0=qvel0, gradient="finite_difference")
+  print("analytic:", ana)
+  print("lanes:", lanes)
+  for k, err in ana.rel_err.items():
+    assert err < 1e-5 and err < 0.1 * lanes.rel_err[k], (k, err, lanes.rel_err[k])
+
+
+def test_mjwarp_pulley_site():
+  """MJWarp's `tendon/pulley_site.xml` (spatial tendons through sites, pulleys dividing them, a motor
+  on each). Measured: analytic 9.8e-7 (ctrl), 5.7e-7 (qpos0), 1.7e-7 (qvel0); the lanes 3.2e-4,
+  1.3e-3, 2.6e-5."""
+  path = os.path.join(os.path.dirname(mjw.__file__), "test_data", "tendon", "pulley_site.xml")
+  scene = diffsim.Scene.from_xml(path, nworld=2, device=DEVICE)
+  rng = np.random.default_rng(0)
+  qvel0 = 0.3 * rng.standard_normal(scene.nv)
+  ctrl = 0.5 * rng.standard_normal((NSTEP, scene.nu))
+  ana = diffsim.check_gradients(scene, ctrl, qpos0=scene.mjm.key_qpos[0], qvel0=qvel0, gradient="analytic")
+  print("analytic:", ana)
+  assert ana.max_rel_err < 1e-5, ana
+
+
+@pytest.mark.parametrize("edit, why", [
+  (("<site site=\"p1\"/>", "<geom geom=\"tip\"/>"), "tendon flexor's wrapping around a geom"),
+  (("frictionloss=\"0.01\"", "frictionloss=\"0.01\" armature=\"0.1\""), "tendon flexor's armature"),
+  (("<option timestep=\"0.002\"/>", "<option timestep=\"0.002\" integrator=\"implicitfast\"/>"),
+   "tendon extensor's damping with the implicitfast integrator"),
+])
+def test_refused_tendon_features(edit, why):
+  mjm = mujoco.MjModel.from_xml_string(FINGER.replace(*edit))
+  assert analytic_coverage(mjm).startswith(why), analytic_coverage(mjm)
+
+
+def test_refused_reference_site():
+  xml = THRUSTERS.replace('<motor site="r1"', '<motor site="r1" refsite="r2"')
+  assert "transmission" in analytic_coverage(mujoco.MjModel.from_xml_string(xml))
