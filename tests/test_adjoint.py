@@ -185,16 +185,16 @@ def test_selection(cartpole, so101, caplog):
   not; `analytic` on an uncovered model is an error naming the feature, before any kernel runs."""
   ro = diffsim.Rollout(cartpole, 5)
   assert ro.gradient == "analytic" and ro.buffers.jac is None  # no Jacobians stored
-  assert diffsim.Rollout(so101, 5).gradient == "analytic"  # its contacts (pyramidal cones) are covered
+  assert diffsim.Rollout(so101, 5).gradient == "analytic"  # its contacts are covered
   spec = models.so101_spec()
-  spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
-  elliptic = diffsim.Scene.from_xml(spec, nworld=2, device=so101.device)
+  spec.option.noslip_iterations = 3
+  noslip = diffsim.Scene.from_xml(spec, nworld=2, device=so101.device)
   with caplog.at_level(logging.INFO, logger="diffsim"):
-    ro = diffsim.Rollout(elliptic, 5)
-  assert ro.gradient == "finite_difference" and "elliptic" in ro.gradient_reason
-  assert any("elliptic" in r.getMessage() for r in caplog.records)
-  with pytest.raises(ValueError, match="does not cover contacts with elliptic friction cones"):
-    diffsim.Rollout(elliptic, 5, gradient="analytic")
+    ro = diffsim.Rollout(noslip, 5)
+  assert ro.gradient == "finite_difference" and "noslip" in ro.gradient_reason
+  assert any("noslip" in r.getMessage() for r in caplog.records)
+  with pytest.raises(ValueError, match="does not cover the noslip solver"):
+    diffsim.Rollout(noslip, 5, gradient="analytic")
   with pytest.raises(ValueError, match="gradient must be one of"):
     diffsim.Rollout(cartpole, 5, gradient="adjoint")
   assert diffsim.Rollout(cartpole, 5, gradient="finite_difference").gradient == "finite_difference"

@@ -119,6 +119,29 @@ def test_primitive_pairs_and_condims(zoo):
     assert res.rel_err[k] < 0.1 * lanes.rel_err[k], (k, res.rel_err[k], lanes.rel_err[k])
 
 
+def test_elliptic_cones():
+  """The zoo with elliptic cones (`cones.py`: the Newton solver's zones and the cone's Hessian block;
+  the spinning ball's condim-6 rows, the box's corners, impratio 1.5). Measured: analytic 2.8e-5 (ctrl),
+  2.0e-5 (qpos0), 1.2e-5 (qvel0), worst object 5.2e-5 (the ball's ctrl); the lanes 1.8e-3, 0.21, 4.8e-2.
+  (At impratio 3 a box corner's contact switches within C's difference step: both methods read 1.0
+  against that reference.)"""
+  xml = CONTACT_ZOO.replace('<option timestep="0.005"/>', '<option timestep="0.005" cone="elliptic" impratio="1.5"/>')
+  scene = diffsim.Scene.from_xml(xml, nworld=2, device=DEVICE)
+  assert analytic_coverage(scene.mjm) is None
+  ctrl, qpos0, qvel0 = _zoo_inputs(scene.mjm)
+  res = check_gradients(scene, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")
+  lanes = check_gradients(scene, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="finite_difference")
+  errs = {(name, k): _rel(res.tape[k][:, cols], res.fd[k][:, cols]) for name, cols in ZOO_DOFS.items()
+          for k in ("qpos0", "qvel0")}
+  print({k: f"{v:.1e}" for k, v in errs.items()})
+  print("analytic:", res)
+  print("lanes:", lanes)
+  bad = {k: v for k, v in errs.items() if v > 1e-3}
+  assert not bad, bad
+  for k in ("ctrl", "qpos0", "qvel0"):
+    assert res.rel_err[k] < 0.1 * lanes.rel_err[k], (k, res.rel_err[k], lanes.rel_err[k])
+
+
 # Round pairs: a capsule lying across a bar (the crossing point slides along both), one lying along
 # a log (parallel: a segment end on the other's side) and a pebble rolling onto a bar's side.
 ROUND_PAIRS = """
@@ -287,14 +310,15 @@ def test_refused_contact_features():
   `gradient="analytic"` an error naming it."""
   base = """<mujoco><option {opt}/><worldbody><geom type="plane" size="1 1 .1" {geom}/>
     <body pos="0 0 .1"><freejoint/><geom type="sphere" size=".1"/></body></worldbody></mujoco>"""
-  for opt, why in (('cone="elliptic"', "elliptic friction cones"), ('noslip_iterations="3"', "noslip")):
-    m = mujoco.MjModel.from_xml_string(base.format(opt=opt, geom=""))
+  for opt, geom, why in (('noslip_iterations="3"', "", "noslip"), ("", 'adhesion="1"', "adhesive"),
+                        ("", 'surfacevel="1 0 0"', "surface velocity")):
+    m = mujoco.MjModel.from_xml_string(base.format(opt=opt, geom=geom))
     assert why in analytic_coverage(m), analytic_coverage(m)
   m = mujoco.MjModel.from_xml_string(base.format(opt="", geom=""))
   assert analytic_coverage(m) is None
   # inertial parameters in a model with contacts: the rows' impedance reads body_invweight0
   assert "body_mass" in analytic_coverage(m, ["body_mass"])
-  scene = diffsim.Scene.from_xml(base.format(opt='cone="elliptic"', geom=""), nworld=1, device=DEVICE)
-  with pytest.raises(ValueError, match="elliptic friction cones"):
+  scene = diffsim.Scene.from_xml(base.format(opt='noslip_iterations="3"', geom=""), nworld=1, device=DEVICE)
+  with pytest.raises(ValueError, match="the noslip solver"):
     diffsim.Rollout(scene, 3, gradient="analytic")
   assert diffsim.Rollout(scene, 3).gradient == "finite_difference"

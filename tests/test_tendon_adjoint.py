@@ -20,7 +20,8 @@ NSTEP = 20
 # A three-phalanx finger: a spatial flexor through sites along the palm side (a motor pulls it; its
 # friction and its lower length limit act), a spatial extensor with a pulley (a spring with a dead band,
 # a damper, a position servo), and a fixed tendon coupling the two distal joints (a spring and a
-# limit). The fingertip presses on a pad: contact rows beside the tendon rows.
+# limit). The fingertip presses on a pad: contact rows beside the tendon rows. Tendon and actuator
+# sensors enter the checked functional.
 FINGER = """<mujoco model="tendon_finger">
   <option timestep="0.002"/>
   <default>
@@ -77,6 +78,12 @@ FINGER = """<mujoco model="tendon_finger">
     <motor name="pull" tendon="flexor" gear="-1"/>
     <position name="servo" tendon="extensor" kp="5"/>
   </actuator>
+  <sensor>
+    <tendonpos tendon="flexor"/>
+    <tendonvel tendon="coupling"/>
+    <actuatorpos actuator="pull"/>
+    <actuatorvel actuator="servo"/>
+  </sensor>
 </mujoco>"""
 
 # A free body with four thrusters (site transmissions: force along each site's z, a yaw torque) and a
@@ -144,7 +151,7 @@ def test_replay_equals_mjwarp(finger):
   d.ctrl.assign(u.numpy()[:, 0])
   mjw.step(finger.model, d)
   got = ro.adjoint.values
-  for k in ("ten_length", "qfrc_passive", "qfrc_actuator", "qfrc_constraint"):
+  for k in ("ten_length", "qfrc_passive", "qfrc_actuator", "qfrc_constraint", "sensordata"):
     want = getattr(d, k).numpy()
     scale = max(np.abs(want).max(), 1.0)
     np.testing.assert_allclose(got[k].numpy(), want, rtol=0, atol=2e-5 * scale, err_msg=k)
@@ -152,8 +159,8 @@ def test_replay_equals_mjwarp(finger):
 
 def test_tendon_finger(finger):
   """Tendon rows (limit, friction) and contact rows in one solve, springs, dampers and a servo on
-  tendons. Measured: analytic 3.0e-5 (ctrl), 6.7e-6 (qpos0), 9.0e-6 (qvel0); the lanes 8.1e-3,
-  1.1e-3, 7.1e-4."""
+  tendons, tendon and actuator sensors. Measured: analytic 2.5e-5 (ctrl), 5.5e-6 (qpos0), 1.5e-5
+  (qvel0); the lanes 6.6e-3, 8.8e-4, 8.1e-4."""
   qpos0, qvel0 = _settled_finger(finger.mjm)
   ctrl = np.array([3.0, 0.06]) + np.array([0.3, 0.005]) * np.random.default_rng(1).standard_normal((NSTEP, 2))
   ana = diffsim.check_gradients(finger, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")

@@ -29,7 +29,7 @@ is written by hand (the quaternion exponential's right Jacobian for ball and fre
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
 is checked up front (`analytic_coverage`): a model feature the adjoint does not differentiate
-(elliptic cones, geom-wrapping tendons, connect and weld equalities, ...) makes `gradient="auto"` fall
+(the noslip solver, geom-wrapping tendons, connect and weld equalities, ...) makes `gradient="auto"` fall
 back to the finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows
 join the same constraint solve, their Jacobians rebuilt from the frozen contact set (`contacts.py`).
 
@@ -45,6 +45,7 @@ One file per stage:
   sensors.py      the covered sensors
   constraints.py  `_kbimp`, joint-limit, dof-friction and joint-equality rows (`record_rows`)
   contacts.py     contact rows of the frozen contact set (`ContactRows`)
+  cones.py        elliptic cones: the solver's zones and the cone's Hessian block
   solve.py        mass matrix, Cholesky, damped acceleration, free-body 6 x 6 solves, integrator VJP,
                   the constraint adjoint (IFT)
   program.py      `_Program`: the replay's recorded launches, forward and reverse

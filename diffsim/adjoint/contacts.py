@@ -30,6 +30,7 @@ and frictionless contacts: the normal row (`condim` 1) or `2 (condim - 1)` pyram
 `D = 1 / R` from the contact's `solref`/`solimp` and the two bodies' `body_invweight0`, and force
 `-D (J a - aref)` where `J a < aref` at the solver's acceleration (the Newton solver's quadratic
 regime), 0 elsewhere. Their `J^T D J` joins the implicit function theorem's Hessian `M + J^T D J`.
+Elliptic cones have a row per frame direction and couple a contact's rows (`cones.py`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import warp as wp
 from mujoco_warp._src.math import make_frame
 from mujoco_warp._src.types import ContactType, vec5
 
+from .cones import _elliptic_force, _elliptic_jtdj
 from .constraints import _kbimp
 from .spatial import _MINVAL
 
@@ -347,9 +349,13 @@ def _contact_geometry(
 
 
 @wp.func
-def _nrow(dim: int) -> int:
+def _nrow(dim: int, elliptic: int) -> int:
+  """A contact's rows: the normal (`condim` 1), its frame's directions (elliptic cones) or the
+  pyramid's edges."""
   if dim == 1:
     return 1
+  if elliptic != 0:
+    return dim
   return 2 * (dim - 1)
 
 
@@ -396,6 +402,7 @@ def _contact_jacobian(
   geom_bodyid: wp.array[int],
   body_rootid: wp.array[int],
   body_isdofancestor: wp.array2d[int],
+  elliptic: int,
   # Frozen:
   contact_geom: wp.array[wp.vec2i],
   contact_worldid: wp.array[int],
@@ -411,13 +418,14 @@ def _contact_jacobian(
   # Out:
   J_out: wp.array3d[float],  # (naconmax, MAX_CONTACT_ROWS, ncdof) the rows' Jacobians on `dofs`
 ):
-  """Row `r` of contact `c` (MJWarp's `_efc_contact_jac_dense`, pyramidal cone): the normal, plus
-  or minus `mu_i` times a tangent, torsional or rolling direction."""
+  """Row `r` of contact `c` (MJWarp's `_efc_contact_jac_dense`): pyramidal cones, the normal plus or
+  minus `mu_i` times a tangent, torsional or rolling direction; elliptic cones, the frame's `r`-th
+  direction (translational, then rotational)."""
   c, r = wp.tid()
   if active[c] == 0:
     return
   dim = contact_dim[c]
-  if r >= _nrow(dim):
+  if r >= _nrow(dim, elliptic):
     return
   w = contact_worldid[c]
   g = contact_geom[c]
@@ -430,7 +438,14 @@ def _contact_jacobian(
   # the row's direction: translational part along `lin_dir`, rotational part along `rot_dir`
   lin_dir = F[0]
   rot_dir = wp.vec3(0.0)
-  if dim > 1:
+  if elliptic != 0:
+    # elliptic cones: the frame's directions, translational (normal, tangents), then rotational
+    if r >= 3:
+      lin_dir = wp.vec3(0.0)
+      rot_dir = F[r - 3]
+    else:
+      lin_dir = F[r]
+  elif dim > 1:
     dimid2 = r / 2 + 1
     fr = contact_friction[c][dimid2 - 1] * (1.0 - 2.0 * float(r & 1))
     if dimid2 == 1:
@@ -453,6 +468,7 @@ def _contact_jacobian(
 
 @wp.kernel
 def _row_products(
+  elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
@@ -469,7 +485,7 @@ def _row_products(
   c, r = wp.tid()
   if active[c] == 0:
     return
-  if r >= _nrow(contact_dim[c]):
+  if r >= _nrow(contact_dim[c], elliptic):
     return
   w = contact_worldid[c]
   for k in range(dofs.shape[1]):
@@ -510,7 +526,7 @@ def _contact_force(
   if active[c] == 0:
     return
   dim = contact_dim[c]
-  if r >= _nrow(dim):
+  if r >= _nrow(dim, 0):
     return
   w = contact_worldid[c]
   g = contact_geom[c]
@@ -536,6 +552,7 @@ def _contact_force(
 
 @wp.kernel
 def _rows_to_qfrc(
+  elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
@@ -550,7 +567,7 @@ def _rows_to_qfrc(
   c, r = wp.tid()
   if active[c] == 0:
     return
-  if r >= _nrow(contact_dim[c]):
+  if r >= _nrow(contact_dim[c], elliptic):
     return
   w = contact_worldid[c]
   for k in range(dofs.shape[1]):
@@ -561,6 +578,7 @@ def _rows_to_qfrc(
 
 @wp.kernel(enable_backward=False)
 def _rows_jtdj(
+  elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
@@ -576,7 +594,7 @@ def _rows_jtdj(
   if active[c] == 0:
     return
   # rows past the contact's own are stale (J and D are reused across steps and contacts)
-  if r >= _nrow(contact_dim[c]):
+  if r >= _nrow(contact_dim[c], elliptic):
     return
   d = D[c, r]
   if d == 0.0:
@@ -644,17 +662,26 @@ class ContactRows:
                    [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
                     self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, xpos, xmat],
                    [pos, frame, dist])
+    ell = self.elliptic = int(s.mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC)
     program.launch("step", _contact_jacobian, rows,
-                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, *frozen, c.dim, friction, self.active,
+                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, ell, *frozen, c.dim, friction, self.active,
                     self.dofs, pos, frame, com, cdof], [self.J])
-    program.launch("step", _row_products, rows, [c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc],
-                   [Jv, Ja])
-    program.launch("step", _contact_force, rows,
-                   [float(s.mjm.opt.timestep), refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid,
-                    *frozen, c.dim, friction, c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
-                   [self.force, self.D])
-    program.launch("step", _rows_to_qfrc, rows, [c.worldid, c.dim, self.active, self.dofs, self.J, self.force],
-                   [qfrc_constraint])
+    program.launch("step", _row_products, rows,
+                   [ell, c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc], [Jv, Ja])
+    h = float(s.mjm.opt.timestep)
+    if ell:
+      self.zone, self.u, self.cone = z(nc, int), arr(rows, grad=False), arr(nc, wp.vec4, grad=False)
+      self.friction = friction
+      program.launch("step", _elliptic_force, nc,
+                     [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
+                      c.solref, c.solreffriction, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
+                     [self.force, self.zone, self.D, self.u, self.cone])
+    else:
+      program.launch("step", _contact_force, rows,
+                     [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
+                      c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
+    program.launch("step", _rows_to_qfrc, rows,
+                   [ell, c.worldid, c.dim, self.active, self.dofs, self.J, self.force], [qfrc_constraint])
     self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J,
                        contact_dofs=self.dofs)
 
@@ -678,6 +705,11 @@ class ContactRows:
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
     c = self.data.contact
-    wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
-              inputs=[c.worldid, c.dim, self.active, self.dofs, self.J, self.D], outputs=[self.jtdj])
+    if self.elliptic:
+      wp.launch(_elliptic_jtdj, dim=(self.nc, 6, 6), device=self.scene.device,
+                inputs=[c.worldid, c.dim, self.friction, self.active, self.dofs, self.J, self.zone, self.D, self.u,
+                        self.cone], outputs=[self.jtdj])
+    else:
+      wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
+                inputs=[0, c.worldid, c.dim, self.active, self.dofs, self.J, self.D], outputs=[self.jtdj])
 

@@ -41,9 +41,10 @@ _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS = (int(_S.mjSENS_FRAMEXAXIS
                                                         int(_S.mjSENS_FRAMEZAXIS))
 _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL = int(_S.mjSENS_FRAMELINVEL), int(_S.mjSENS_FRAMEANGVEL)
 _SENS_SUBTREECOM = int(_S.mjSENS_SUBTREECOM)
+_SENS_TENDONPOS, _SENS_TENDONVEL = int(_S.mjSENS_TENDONPOS), int(_S.mjSENS_TENDONVEL)
 _SENSORS = (_SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, _SENS_ACTUATORFRC, _SENS_FRAMEPOS,
             _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, _SENS_FRAMELINVEL,
-            _SENS_FRAMEANGVEL, _SENS_SUBTREECOM)
+            _SENS_FRAMEANGVEL, _SENS_SUBTREECOM, _SENS_TENDONPOS, _SENS_TENDONVEL)
 
 
 def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
@@ -59,8 +60,6 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   constraints_on = not off & dsbl.mjDSBL_CONSTRAINT
   contacts = constraints_on and can_make_contacts(mjm)
   if contacts:
-    if mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
-      return "contacts with elliptic friction cones (pyramidal cones only; <option cone=\"pyramidal\"/>)"
     if mjm.opt.noslip_iterations > 0:
       return "the noslip solver (noslip_iterations > 0)"
     if (mjm.ngeom and np.any(mjm.geom_adhesion)) or (mjm.npair and np.any(mjm.pair_adhesion)):
@@ -177,9 +176,6 @@ def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
     return "a reference frame"
   if typ in (_SENS_JOINTPOS, _SENS_JOINTVEL) and mjm.jnt_type[obj] not in (HINGE, SLIDE):
     return "a ball or free joint"
-  if typ in (_SENS_ACTUATORPOS, _SENS_ACTUATORVEL) and mjm.actuator_trntype[obj] not in (
-      _TRN_JOINT, int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)):
-    return "an actuator on a tendon or site transmission"
   if typ in (_SENS_FRAMEPOS, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS,
              _SENS_FRAMELINVEL, _SENS_FRAMEANGVEL) and objtype not in (_OBJ_BODY, _OBJ_XBODY, _OBJ_SITE, _OBJ_GEOM):
     return "a frame that is not a body, geom or site"

@@ -1,5 +1,5 @@
-"""Sensors, replayed differentiably: the sensor types `analytic_coverage` admits (joint and actuator
-positions, velocities and forces, frame positions, orientations, axes and velocities of bodies and
+"""Sensors, replayed differentiably: the sensor types `analytic_coverage` admits (joint, tendon and
+actuator positions, velocities and forces, frame positions, orientations, axes and velocities of bodies and
 sites, subtree centres of mass).
 """
 
@@ -9,7 +9,7 @@ import warp as wp
 
 from .coverage import _OBJ_BODY, _OBJ_GEOM, _OBJ_SITE, _SENS_ACTUATORFRC, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, \
   _SENS_FRAMEANGVEL, _SENS_FRAMELINVEL, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, \
-  _SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_SUBTREECOM
+  _SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_SUBTREECOM, _SENS_TENDONPOS, _SENS_TENDONVEL, _TRN_SITE, _TRN_TENDON
 from .spatial import _mul_quat
 
 
@@ -27,6 +27,7 @@ def _sensors(
   geom_bodyid: wp.array[int],
   body_rootid: wp.array[int],
   body_iquat: wp.array2d[wp.quat],
+  actuator_trntype: wp.array[int],
   actuator_trnid: wp.array[wp.vec2i],
   actuator_gear: wp.array2d[wp.spatial_vector],
   # In:
@@ -46,6 +47,10 @@ def _sensors(
   com: wp.array2d[wp.vec3],
   cvel: wp.array2d[wp.spatial_vector],
   actuator_force: wp.array2d[float],
+  ten_length: wp.array2d[float],  # (nworld, ntendon), or (1, 1) without tendons
+  ten_velocity: wp.array2d[float],
+  trn_length: wp.array2d[float],  # (nworld, nu) tendon and site transmissions, or (1, 1) without them
+  trn_velocity: wp.array2d[float],
   # Out:
   sensordata_out: wp.array2d[float],
 ):
@@ -58,7 +63,7 @@ def _sensors(
   adr = sensor_adr[s]
   cutoff = sensor_cutoff[s]
   if typ == _SENS_JOINTPOS or typ == _SENS_JOINTVEL or typ == _SENS_ACTUATORPOS or typ == _SENS_ACTUATORVEL or \
-      typ == _SENS_ACTUATORFRC:
+      typ == _SENS_ACTUATORFRC or typ == _SENS_TENDONPOS or typ == _SENS_TENDONVEL:
     v = float(0.0)
     if typ == _SENS_JOINTPOS:
       v = qpos[w, jnt_qposadr[objid]]
@@ -66,6 +71,15 @@ def _sensors(
       v = qvel[w, jnt_dofadr[objid]]
     elif typ == _SENS_ACTUATORFRC:
       v = actuator_force[w, objid]
+    elif typ == _SENS_TENDONPOS:
+      v = ten_length[w, objid]
+    elif typ == _SENS_TENDONVEL:
+      v = ten_velocity[w, objid]
+    elif actuator_trntype[objid] == _TRN_TENDON or actuator_trntype[objid] == _TRN_SITE:
+      if typ == _SENS_ACTUATORPOS:
+        v = trn_length[w, objid]
+      else:
+        v = trn_velocity[w, objid]
     else:
       jnt = actuator_trnid[objid][0]
       gear = actuator_gear[w % actuator_gear.shape[0], objid][0]

@@ -385,9 +385,10 @@ class AnalyticStep:
       self.tendons = TendonRows(mjm, m, P, arr, accumulated, qpos=self.qpos, qvel=self.qvel, qacc=self.qacc,
                                 site_xpos=site_xpos, com=com, cdof=cdof, qfrc_passive=qfrc_passive,
                                 qfrc_constraint=qfrc_constraint, jtdj=jtdj)
+    # tendon and site transmissions' lengths, velocities and moments (dummies without them)
+    trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
+                               site_xmat=site_xmat, com=com, cdof=cdof)
     if nu and not off & dsbl.mjDSBL_ACTUATION:
-      trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
-                                 site_xmat=site_xmat, com=com, cdof=cdof)
       P.launch("state", _actuation, (n, nu),
                [h, m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype,
                 m.actuator_gaintype,
@@ -412,9 +413,11 @@ class AnalyticStep:
                  [geom_xpos, geom_xquat, geom_xmat])
       P.launch("state", _sensors, (n, mjm.nsensor),
                [m.sensor_type, m.sensor_objtype, m.sensor_objid, m.sensor_adr, m.sensor_cutoff, m.jnt_qposadr,
-                m.jnt_dofadr, m.site_bodyid, m.geom_bodyid, m.body_rootid, m.body_iquat, m.actuator_trnid,
-                m.actuator_gear, self.qpos, self.qvel, xpos, xquat, xmat, xipos, ximat, site_xpos, site_xquat,
-                site_xmat, geom_xpos, geom_xquat, geom_xmat, com, cvel, actuator_force], [self.sensordata])
+                m.jnt_dofadr, m.site_bodyid, m.geom_bodyid, m.body_rootid, m.body_iquat, m.actuator_trntype,
+                m.actuator_trnid, m.actuator_gear, self.qpos, self.qvel, xpos, xquat, xmat, xipos, ximat, site_xpos,
+                site_xquat, site_xmat, geom_xpos, geom_xquat, geom_xmat, com, cvel, actuator_force,
+                *((self.tendons.length, self.tendons.velocity) if self.tendons else (arr((1, 1)), arr((1, 1)))),
+                trn[0], trn[1]], [self.sensordata])
 
     # segment "step": inverse dynamics at the accelerations, constraint forces at the solver's
     def rne(acc, tau):
