@@ -199,8 +199,8 @@ def test_selection(cartpole, so101, caplog):
     diffsim.Rollout(cartpole, 5, gradient="adjoint")
   assert diffsim.Rollout(cartpole, 5, gradient="finite_difference").gradient == "finite_difference"
   # parameters it cannot differentiate, and inertial ones where constraint rows read dof_invweight0
-  ro = diffsim.Rollout(cartpole, 5, params=[diffsim.Param("geom_solref")])
-  assert ro.gradient == "finite_difference" and "geom_solref" in ro.gradient_reason
+  ro = diffsim.Rollout(cartpole, 5, params=[diffsim.Param("dof_solref")])
+  assert ro.gradient == "finite_difference" and "dof_solref" in ro.gradient_reason
   spec = models.so101_spec()
   spec.option.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
   m = spec.compile()

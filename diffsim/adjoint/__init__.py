@@ -44,6 +44,7 @@ One file per stage:
                   site transmissions (`TendonRows`, `record_transmissions`)
   sensors.py      the covered sensors
   constraints.py  `_kbimp`, joint-limit, dof-friction and joint-equality rows (`record_rows`)
+  contact_geometry.py  the frozen contact set's points, frames and distances as functions of `qpos`
   contacts.py     contact rows of the frozen contact set (`ContactRows`)
   cones.py        elliptic cones: the solver's zones and the cone's Hessian block
   solve.py        mass matrix, Cholesky, damped acceleration, free-body 6 x 6 solves, integrator VJP,

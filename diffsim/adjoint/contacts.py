@@ -1,28 +1,5 @@
-"""Contact rows of the analytic adjoint: the forward's contact set, frozen, as a function of `qpos`.
-
-At each replayed step `k` the backward pass runs MJWarp's own kinematics and collision on `q_k`, so
-it sees exactly the contacts the forward step used (same state, same code), and keeps their discrete
-choices (geom pair, `dim`, friction, `solref`, `solimp`, margin, the narrowphase's witness feature).
-What stays a function of `q` is rebuilt in differentiable kernels from the replayed body poses
-(`_contact_locals` freezes, `_contact_geometry` rebuilds), in one of three modes:
-
-  - face (`_FACE1`, `_FACE2`): one geom's surface defines the normal (a plane; a box face or mesh
-    polygon along the normal, whichever of the two geoms has one; the non-round geom against a sphere
-    or capsule). The normal and an anchor point on that surface turn and move with its body; the
-    other geom's feature (a box corner or mesh vertex, a sphere's centre or capsule's core point, a
-    cylinder's lowest rim point around its axis) moves with its own body, and
-    `dist = n . (p_feature - p_anchor)` less the feature's rounding radius;
-  - round (`_ROUND`): two spheres or capsules: the normal joins their core points, a capsule's
-    sliding along its segment (the segments' closest points) unless it is a segment end;
-    coincident core points (`_COINCIDENT`) keep MJWarp's normal, a fixed world axis.
-
-The contact point is the witness points' midpoint and the tangents are `make_frame(n)`, except
-plane-capsule's, which follow the capsule's axis, as MJWarp's do. At the nominal `q` these equal
-MJWarp's values. The derivatives are exact where the touching feature is a vertex, a sphere or a
-capsule core, or a cylinder rim on a face (every primitive pair diffsim's tests check against float64
-C, and a mesh vertex on a mesh face); where a contact point is no vertex of either mesh (MJWarp's
-multi-contact clipping can put one where an edge crosses a face) it slides as the bodies move, and
-keeping it rigid is a first-order model (the SO-101's self-collision: `tests/test_contact_adjoint.py`).
+"""Contact rows of the analytic adjoint: the frozen contact set's constraint rows (`ContactRows`); their
+geometry as a function of `qpos` is `contact_geometry.py`'s.
 
 The rows are MJWarp's (`constraint._efc_contact_jac_dense`, `_efc_contact_update`), pyramidal cones
 and frictionless contacts: the normal row (`condim` 1) or `2 (condim - 1)` pyramid edges
@@ -36,316 +13,20 @@ Elliptic cones have a row per frame direction and couple a contact's rows (`cone
 from __future__ import annotations
 
 import mujoco
-import numpy as np
 import warp as wp
 
-from mujoco_warp._src.math import make_frame
-from mujoco_warp._src.types import ContactType, vec5
+from mujoco_warp._src.types import vec5
 
 from .cones import _elliptic_force, _elliptic_jtdj
+from .contact_geometry import _contact_geometry, _contact_locals, _mesh_edge_points
 from .constraints import _kbimp
 from .spatial import _MINVAL
+
+_MINMU = float(mujoco.mjMINMU)
 
 __all__ = ["ContactRows", "MAX_CONTACT_ROWS"]
 
 MAX_CONTACT_ROWS = 10  # pyramid edges of a condim-6 contact
-_CONSTRAINT = int(ContactType.CONSTRAINT)
-
-
-_G = mujoco.mjtGeom
-_PLANE, _SPHERE, _CAPSULE, _CYLINDER = int(_G.mjGEOM_PLANE), int(_G.mjGEOM_SPHERE), int(_G.mjGEOM_CAPSULE), \
-  int(_G.mjGEOM_CYLINDER)
-_BOX, _MESH = int(_G.mjGEOM_BOX), int(_G.mjGEOM_MESH)
-_FACE1, _FACE2, _ROUND, _COINCIDENT = 0, 1, 2, 3  # which body's surface defines the normal (`_contact_locals`)
-_MAKE_FRAME, _CAPSULE_AXIS, _FIXED = 0, 1, 2  # how the tangents follow (see `_contact_locals`)
-
-
-@wp.func
-def _radius(geom_type: int, size: wp.vec3) -> float:
-  """The rounding of a sphere or capsule (its surface is a core point or segment inflated by it)."""
-  if geom_type == _SPHERE or geom_type == _CAPSULE:
-    return size[0]
-  return 0.0
-
-
-@wp.func
-def _geom_axis(xmat: wp.mat33) -> wp.vec3:
-  """A geom's local z axis (a capsule's or cylinder's axis) in the world frame."""
-  return wp.vec3(xmat[0, 2], xmat[1, 2], xmat[2, 2])
-
-
-@wp.func
-def _inside_segment(point: wp.vec3, center: wp.vec3, axis: wp.vec3, half: float) -> bool:
-  """Whether `point` on a capsule's core segment lies strictly between its ends."""
-  return wp.abs(wp.dot(point - center, axis)) < half * (1.0 - 1.0e-5)
-
-
-@wp.func
-def _face_alignment(geom_type: int, dataid: int, R: wp.mat33, outward: wp.vec3,
-                    mesh_polyadr: wp.array[int], mesh_polynum: wp.array[int],
-                    mesh_polynormal: wp.array[wp.vec3]) -> float:
-  """How well a face of the geom (orientation `R`) has the outward normal `outward`: the largest
-  cosine over a box's six faces or a mesh's polygons; -1 for other geoms."""
-  local = wp.transpose(R) @ outward
-  if geom_type == _BOX:
-    return wp.max(wp.max(wp.abs(local[0]), wp.abs(local[1])), wp.abs(local[2]))
-  best = float(-1.0)
-  if geom_type == _MESH and dataid >= 0:
-    adr = mesh_polyadr[dataid]
-    for i in range(mesh_polynum[dataid]):
-      best = wp.max(best, wp.dot(mesh_polynormal[adr + i], local))
-  return best
-
-
-@wp.kernel(enable_backward=False)
-def _contact_locals(
-  # Model:
-  geom_type: wp.array[int],
-  geom_bodyid: wp.array[int],
-  geom_size: wp.array2d[wp.vec3],
-  geom_dataid: wp.array2d[int],
-  body_isdofancestor: wp.array2d[int],
-  mesh_polyadr: wp.array[int],
-  mesh_polynum: wp.array[int],
-  mesh_polynormal: wp.array[wp.vec3],
-  # Data in (MJWarp, after kinematics and collision at q_k):
-  nacon: wp.array[int],
-  xpos: wp.array2d[wp.vec3],
-  xmat: wp.array2d[wp.mat33],
-  geom_xpos: wp.array2d[wp.vec3],
-  geom_xmat: wp.array2d[wp.mat33],
-  contact_dist: wp.array[float],
-  contact_pos: wp.array[wp.vec3],
-  contact_frame: wp.array[wp.mat33],
-  contact_includemargin: wp.array[float],
-  contact_geom: wp.array[wp.vec2i],
-  contact_worldid: wp.array[int],
-  contact_type: wp.array[int],
-  # Out:
-  active_out: wp.array[int],  # (naconmax,) 1: the contact has constraint rows
-  mode_out: wp.array[int],  # _FACE1, _FACE2, _ROUND or _COINCIDENT
-  local1_out: wp.array[wp.vec3],  # a point fixed in body 1's frame (see the modes)
-  local2_out: wp.array[wp.vec3],  # a point fixed in body 2's frame
-  radius_out: wp.array[wp.vec2],  # geoms' rounding (sphere, capsule radius; 0 otherwise)
-  frame_out: wp.array[wp.mat33],  # contact frame in the face body's frame (_ROUND, _COINCIDENT: the world frame)
-  axis1_out: wp.array[wp.vec3],  # _ROUND: geom 1 a capsule whose core point slides along its axis: the axis
-  axis2_out: wp.array[wp.vec3],  # _FACE1, geom 2 a cylinder on its side or rim; _ROUND, as axis1_out: its axis
-  tangent_out: wp.array[wp.vec3],  # plane-capsule: the capsule's axis in body 2's frame, or a fixed tangent
-  tmode_out: wp.array[int],  # tangents: _MAKE_FRAME (from the normal), _CAPSULE_AXIS or _FIXED
-  dofs_out: wp.array2d[int],  # (naconmax, ncdof) the dofs that move either body (-1: none), ascending
-):
-  """Freezes a contact's features. `_FACE1` (geom 1 a plane; or neither geom round and geom 1's face
-  lies along the normal at least as well as geom 2's): the normal turns with body 1, a point on its
-  surface (the anchor) is fixed in body 1, geom 2's feature (a vertex, or a sphere's or capsule's core
-  point, a cylinder's lowest rim point) in body 2. `_FACE2` (geom 1 round and geom 2 not, or geom 2's
-  face along the normal): the same with the bodies' roles swapped. `_ROUND` (both round): the normal
-  joins the two core points, a capsule's sliding along its segment unless it is a segment end."""
-  c = wp.tid()
-  active_out[c] = 0
-  if c >= nacon[0]:
-    return
-  if (contact_type[c] & _CONSTRAINT) == 0:
-    return
-  dist = contact_dist[c]
-  if dist - contact_includemargin[c] >= 0.0:
-    return
-  active_out[c] = 1
-  w = contact_worldid[c]
-  g = contact_geom[c]
-  b1 = geom_bodyid[g[0]]
-  b2 = geom_bodyid[g[1]]
-  t1 = geom_type[g[0]]
-  r1 = _radius(t1, geom_size[w % geom_size.shape[0], g[0]])
-  r2 = _radius(geom_type[g[1]], geom_size[w % geom_size.shape[0], g[1]])
-  frame = contact_frame[c]
-  n = frame[0]
-  pos = contact_pos[c]
-  p1 = pos - 0.5 * dist * n  # witness points
-  p2 = pos + 0.5 * dist * n
-  R1 = xmat[w, b1]
-  R2 = xmat[w, b2]
-  mode = _FACE1
-  if t1 != _PLANE and r1 > 0.0:
-    if r2 > 0.0:
-      mode = _ROUND
-    else:
-      mode = _FACE2
-  elif t1 != _PLANE and r2 == 0.0:
-    # neither round (boxes, meshes): the normal belongs to the geom with a face along it (a vertex or
-    # edge of the other touches that face)
-    t2 = geom_type[g[1]]
-    di = w % geom_dataid.shape[0]
-    face1 = _face_alignment(t1, geom_dataid[di, g[0]], geom_xmat[w, g[0]], n, mesh_polyadr, mesh_polynum,
-                            mesh_polynormal)
-    face2 = _face_alignment(t2, geom_dataid[di, g[1]], geom_xmat[w, g[1]], -n, mesh_polyadr, mesh_polynum,
-                            mesh_polynormal)
-    if face2 > face1:
-      mode = _FACE2
-  core2 = p2 + r2 * n
-  if mode == _ROUND and dist + r1 + r2 < 1.0e-6 * (r1 + r2):
-    # coincident core points: the normal joining them is undefined and MJWarp's is a fixed world axis;
-    # keep it (and its frame) fixed in the world
-    mode = _COINCIDENT
-  # the rows' Jacobians are nonzero only on the dofs that move either body: kept compact
-  k = int(0)
-  for i in range(body_isdofancestor.shape[1]):
-    if body_isdofancestor[b1, i] != 0 or body_isdofancestor[b2, i] != 0:
-      if k < dofs_out.shape[1]:
-        dofs_out[c, k] = i
-      k += 1
-  for j in range(k, dofs_out.shape[1]):
-    dofs_out[c, j] = -1
-  mode_out[c] = mode
-  axis1_out[c] = wp.vec3(0.0)
-  axis2_out[c] = wp.vec3(0.0)
-  if mode == _ROUND:
-    # a capsule's core point is the point of its segment closest to the other core: it slides along the
-    # axis unless it is an end of the segment (then it is rigid on the body)
-    core1 = p1 - r1 * n
-    a1 = _geom_axis(geom_xmat[w, g[0]])
-    a2 = _geom_axis(geom_xmat[w, g[1]])
-    sizes = w % geom_size.shape[0]
-    slides1 = t1 == _CAPSULE and _inside_segment(core1, geom_xpos[w, g[0]], a1, geom_size[sizes, g[0]][1])
-    if slides1:
-      axis1_out[c] = wp.transpose(R1) @ a1
-    if geom_type[g[1]] == _CAPSULE:
-      slides2 = _inside_segment(core2, geom_xpos[w, g[1]], a2, geom_size[sizes, g[1]][1])
-      # parallel capsules touch where one's segment end meets the other's side: that side slides
-      if t1 == _CAPSULE and not slides1 and wp.abs(wp.dot(a1, a2)) > 1.0 - 1.0e-6:
-        slides2 = True
-      if slides2:
-        axis2_out[c] = wp.transpose(R2) @ a2
-  if mode == _FACE1 and geom_type[g[1]] == _CYLINDER:
-    # a cylinder's side or rim: the contact point is its lowest point around the axis (it stays put when
-    # the cylinder rolls), unless the normal runs along the axis (a flat face: a rigid rim point)
-    axis = _geom_axis(geom_xmat[w, g[1]])
-    radial = -n + wp.dot(n, axis) * axis
-    if wp.length(radial) > 1.0e-3:
-      r2 = geom_size[w % geom_size.shape[0], g[1]][0]
-      core2 = p2 - r2 * wp.normalize(radial)
-      axis2_out[c] = wp.transpose(R2) @ axis
-  radius_out[c] = wp.vec2(r1, r2)
-  # MJWarp's tangents are `make_frame(n)` except plane-capsule's, which follow the capsule's axis
-  tmode_out[c] = _MAKE_FRAME
-  if mode == _COINCIDENT:
-    tmode_out[c] = _FIXED
-    tangent_out[c] = frame[1]
-  elif t1 == _PLANE and geom_type[g[1]] == _CAPSULE:
-    axis = _geom_axis(geom_xmat[w, g[1]])
-    if wp.length(axis - n * wp.dot(n, axis)) < 0.5:
-      tmode_out[c] = _FIXED
-      tangent_out[c] = frame[1]
-    else:
-      tmode_out[c] = _CAPSULE_AXIS
-      tangent_out[c] = wp.transpose(R2) @ axis
-  if mode == _FACE1:
-    local1_out[c] = wp.transpose(R1) @ (p1 - xpos[w, b1])  # anchor on body 1's surface
-    local2_out[c] = wp.transpose(R2) @ (core2 - xpos[w, b2])  # geom 2's core point
-    frame_out[c] = frame @ R1
-  elif mode == _FACE2:
-    local1_out[c] = wp.transpose(R1) @ (p1 - r1 * n - xpos[w, b1])  # geom 1's core point
-    local2_out[c] = wp.transpose(R2) @ (p2 - xpos[w, b2])  # anchor on body 2's surface
-    frame_out[c] = frame @ R2
-  else:
-    local1_out[c] = wp.transpose(R1) @ (p1 - r1 * n - xpos[w, b1])
-    local2_out[c] = wp.transpose(R2) @ (p2 + r2 * n - xpos[w, b2])
-    frame_out[c] = frame
-
-
-@wp.kernel
-def _contact_geometry(
-  # Model:
-  geom_bodyid: wp.array[int],
-  # Frozen:
-  contact_geom: wp.array[wp.vec2i],
-  contact_worldid: wp.array[int],
-  active: wp.array[int],
-  mode: wp.array[int],
-  local1: wp.array[wp.vec3],
-  local2: wp.array[wp.vec3],
-  radius: wp.array[wp.vec2],
-  frame_local: wp.array[wp.mat33],
-  axis1: wp.array[wp.vec3],
-  axis2: wp.array[wp.vec3],
-  tangent: wp.array[wp.vec3],
-  tmode: wp.array[int],
-  # In (replayed):
-  xpos: wp.array2d[wp.vec3],
-  xmat: wp.array2d[wp.mat33],
-  # Out:
-  pos_out: wp.array[wp.vec3],  # (naconmax,) contact point
-  frame_out: wp.array[wp.mat33],  # (naconmax,) rows: normal (geom 1 to geom 2), tangents
-  dist_out: wp.array[float],  # (naconmax,) signed distance, m
-):
-  """The contact point, frame and distance from the replayed body poses (see `_contact_locals`)."""
-  c = wp.tid()
-  if active[c] == 0:
-    return
-  w = contact_worldid[c]
-  g = contact_geom[c]
-  b1 = geom_bodyid[g[0]]
-  b2 = geom_bodyid[g[1]]
-  R1 = xmat[w, b1]
-  R2 = xmat[w, b2]
-  q1 = xpos[w, b1] + R1 @ local1[c]
-  q2 = xpos[w, b2] + R2 @ local2[c]
-  r = radius[c]
-  m = mode[c]
-  n = wp.vec3(0.0)
-  if m == _FACE1:
-    n = R1 @ frame_local[c][0]
-    p2 = q2 - r[1] * n
-    if wp.length_sq(axis2[c]) > 0.0:
-      a = R2 @ axis2[c]
-      p2 = q2 + r[1] * wp.normalize(-n + wp.dot(n, a) * a)
-    dist = wp.dot(n, p2 - q1)
-    dist_out[c] = dist
-    pos_out[c] = p2 - 0.5 * dist * n
-  elif m == _FACE2:
-    n = R2 @ frame_local[c][0]
-    p1 = q1 + r[0] * n
-    dist = wp.dot(n, q2 - p1)
-    dist_out[c] = dist
-    pos_out[c] = p1 + 0.5 * dist * n
-  elif m == _COINCIDENT:
-    n = frame_local[c][0]
-    dist = wp.dot(n, q2 - q1) - r[0] - r[1]
-    dist_out[c] = dist
-    pos_out[c] = q1 + (r[0] + 0.5 * dist) * n
-  else:
-    # capsules' core points slide along their axes (the segments' closest points; see _contact_locals)
-    s1 = wp.length_sq(axis1[c]) > 0.0
-    s2 = wp.length_sq(axis2[c]) > 0.0
-    a1 = R1 @ axis1[c]
-    a2 = R2 @ axis2[c]
-    if s1 and s2:
-      # two lines: the closest points (not parallel: MJWarp's parallel capsules touch at segment ends)
-      w0 = q1 - q2
-      cab = wp.dot(a1, a2)
-      den = wp.max(1.0 - cab * cab, 1.0e-12)
-      e1 = wp.dot(a1, w0)
-      e2 = wp.dot(a2, w0)
-      q1 = q1 + ((cab * e2 - e1) / den) * a1
-      q2 = q2 + ((e2 - cab * e1) / den) * a2
-    elif s1:
-      q1 = q1 + wp.dot(q2 - q1, a1) * a1
-    elif s2:
-      q2 = q2 + wp.dot(q1 - q2, a2) * a2
-    d = q2 - q1
-    n = wp.normalize(d)
-    dist = wp.length(d) - r[0] - r[1]
-    dist_out[c] = dist
-    pos_out[c] = q1 + (r[0] + 0.5 * dist) * n
-  tm = tmode[c]
-  if tm == _MAKE_FRAME:
-    frame_out[c] = make_frame(n)
-  else:
-    b = tangent[c]
-    if tm == _CAPSULE_AXIS:
-      a = R2 @ tangent[c]
-      b = wp.normalize(a - n * wp.dot(n, a))
-    e = wp.cross(n, b)
-    frame_out[c] = wp.mat33(n[0], n[1], n[2], b[0], b[1], b[2], e[0], e[1], e[2])
 
 
 @wp.func
@@ -393,7 +74,61 @@ def _contact_friction(
     slide = f2[0]
     spin = f2[1]
     roll = f2[2]
+  # MJWarp floors each coefficient at mjMINMU
+  slide = wp.max(slide, _MINMU)
+  spin = wp.max(spin, _MINMU)
+  roll = wp.max(roll, _MINMU)
   friction_out[c] = vec5(slide, slide, spin, roll, roll)
+
+
+@wp.kernel
+def _contact_solparams(
+  # Model:
+  geom_priority: wp.array[int],
+  geom_solmix: wp.array2d[float],
+  geom_solref: wp.array2d[wp.vec2],
+  geom_solimp: wp.array2d[vec5],
+  # Frozen:
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  active: wp.array[int],
+  # Out:
+  solref_out: wp.array[wp.vec2],  # (naconmax,)
+  solimp_out: wp.array[vec5],
+):
+  """The contact's `solref` and `solimp` from its geoms' (MJWarp's `contact_material_params`: the
+  higher priority's, else mixed by `solmix`; the smaller of two direct `solref`s), so that
+  `geom_solref` and `geom_solimp` get their adjoints."""
+  c = wp.tid()
+  if active[c] == 0:
+    return
+  g = contact_geom[c]
+  w = contact_worldid[c]
+  p1 = geom_priority[g[0]]
+  p2 = geom_priority[g[1]]
+  mix = float(0.5)
+  if p1 > p2:
+    mix = 1.0
+  elif p2 > p1:
+    mix = 0.0
+  else:
+    s1 = geom_solmix[w % geom_solmix.shape[0], g[0]]
+    s2 = geom_solmix[w % geom_solmix.shape[0], g[1]]
+    if s1 >= _MINVAL and s2 >= _MINVAL:
+      mix = s1 / (s1 + s2)
+    elif s1 < _MINVAL and s2 >= _MINVAL:
+      mix = 0.0
+    elif s1 >= _MINVAL and s2 < _MINVAL:
+      mix = 1.0
+  r1 = geom_solref[w % geom_solref.shape[0], g[0]]
+  r2 = geom_solref[w % geom_solref.shape[0], g[1]]
+  if r1[0] > 0.0 and r2[0] > 0.0:
+    solref_out[c] = mix * r1 + (1.0 - mix) * r2
+  else:
+    solref_out[c] = wp.min(r1, r2)
+  i1 = geom_solimp[w % geom_solimp.shape[0], g[0]]
+  i2 = geom_solimp[w % geom_solimp.shape[0], g[1]]
+  solimp_out[c] = mix * i1 + (1.0 - mix) * i2
 
 
 @wp.kernel
@@ -633,12 +368,14 @@ class ContactRows:
     d = self.data
     nc, nv = d.naconmax, s.nv
     self.scene, self.nc = scene, nc
+    self.meshes = int((s.mjm.geom_type == mujoco.mjtGeom.mjGEOM_MESH).sum()) >= 2  # mesh-mesh contacts possible
     z = lambda shape, dtype=float: wp.zeros(shape, dtype=dtype, device=s.device)
     self.active = z(nc, int)
     self.mode, self.radius = z(nc, int), z(nc, wp.vec2)
     self.local1, self.local2, self.frame_local = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, wp.mat33)
     self.axis1, self.axis2 = z(nc, wp.vec3), z(nc, wp.vec3)
     self.tangent, self.tmode = z(nc, wp.vec3), z(nc, int)
+    self.edge_a, self.edge_b, self.plane_p, self.plane_n = (z(nc, wp.vec3) for _ in range(4))
     pos, frame, dist = arr(nc, wp.vec3), arr(nc, wp.mat33), arr(nc)
     # a row's Jacobian lives on the dofs of its two bodies' trees: at most two trees' dofs
     tree_dofs = int(s.mjm.tree_dofnum.max()) if s.mjm.ntree else nv
@@ -653,14 +390,18 @@ class ContactRows:
     frozen = [c.geom, c.worldid]
     refsafe = 0 if off & mujoco.mjtDisableBit.mjDSBL_REFSAFE else 1
     rows = (nc, MAX_CONTACT_ROWS)
-    friction = c.friction
-    if s.mjm.npair == 0:  # explicit pairs set their own friction (and a geom_friction Param is refused)
-      friction = arr(nc, vec5)
+    friction, solref, solimp = c.friction, c.solref, c.solimp
+    if s.mjm.npair == 0:  # explicit pairs set their own (and geom_friction, _solref, _solimp Params are refused)
+      friction, solref, solimp = arr(nc, vec5), arr(nc, wp.vec2), arr(nc, vec5)
       program.launch("step", _contact_friction, nc, [m.geom_priority, m.geom_friction, *frozen, self.active],
                      [friction])
+      program.launch("step", _contact_solparams, nc,
+                     [m.geom_priority, m.geom_solmix, m.geom_solref, m.geom_solimp, *frozen, self.active],
+                     [solref, solimp])
     program.launch("step", _contact_geometry, nc,
                    [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
-                    self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, xpos, xmat],
+                    self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, self.edge_a, self.edge_b,
+                    self.plane_p, self.plane_n, xpos, xmat],
                    [pos, frame, dist])
     ell = self.elliptic = int(s.mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC)
     program.launch("step", _contact_jacobian, rows,
@@ -674,12 +415,12 @@ class ContactRows:
       self.friction = friction
       program.launch("step", _elliptic_force, nc,
                      [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
-                      c.solref, c.solreffriction, c.solimp, c.includemargin, self.active, dist, Jv, Ja],
+                      solref, c.solreffriction, solimp, c.includemargin, self.active, dist, Jv, Ja],
                      [self.force, self.zone, self.D, self.u, self.cone])
     else:
       program.launch("step", _contact_force, rows,
                      [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
-                      c.solref, c.solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
+                      solref, solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
     program.launch("step", _rows_to_qfrc, rows,
                    [ell, c.worldid, c.dim, self.active, self.dofs, self.J, self.force], [qfrc_constraint])
     self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J,
@@ -701,6 +442,14 @@ class ContactRows:
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
               outputs=[self.active, self.mode, self.local1, self.local2, self.radius, self.frame_local, self.axis1,
                        self.axis2, self.tangent, self.tmode, self.dofs])
+    if self.meshes:
+      m = s.model
+      wp.launch(_mesh_edge_points, dim=self.nc, device=s.device,
+                inputs=[m.geom_type, m.geom_bodyid, m.geom_dataid, m.mesh_vertadr, m.mesh_vertnum, m.mesh_vert,
+                        m.mesh_polyadr, m.mesh_polynum, m.mesh_polyvertadr, m.mesh_polyvertnum, m.mesh_polyvert,
+                        m.mesh_polynormal, d.xpos, d.xmat, d.geom_xpos, d.geom_xmat, c.dist, c.pos, c.frame, c.geom,
+                        c.worldid, self.active, self.mode],
+                outputs=[self.edge_a, self.edge_b, self.plane_p, self.plane_n])
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""

@@ -19,7 +19,7 @@ __all__ = ["analytic_coverage", "COVERED_PARAM_FIELDS"]
 COVERED_PARAM_FIELDS = (
   "body_mass", "body_inertia", "body_ipos", "dof_damping", "dof_armature", "jnt_stiffness",
   "actuator_gainprm", "actuator_biasprm", "actuator_dynprm", "actuator_gear", "opt.gravity", "dof_frictionloss",
-  "geom_friction",
+  "geom_friction", "geom_solref", "geom_solimp",
 )
 
 _DYN_NONE, _DYN_INTEGRATOR, _DYN_FILTER, _DYN_FILTEREXACT = 0, 1, 2, 3
@@ -139,8 +139,8 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   for f in fields:
     if f not in COVERED_PARAM_FIELDS:
       return f"parameter field {f} (covered: {', '.join(COVERED_PARAM_FIELDS)})"
-    if f == "geom_friction" and mjm.npair:
-      return "parameter field geom_friction in a model with explicit contact pairs (<pair>: their own friction)"
+    if f in ("geom_friction", "geom_solref", "geom_solimp") and mjm.npair:
+      return f"parameter field {f} in a model with explicit contact pairs (<pair>: their own contact parameters)"
   return None
 
 
