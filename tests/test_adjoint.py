@@ -172,6 +172,25 @@ def test_parameter_gradients(smooth):
     assert r.rel_err[p.name] < 1e-3, f"{p.name}: {r}"
 
 
+def test_inertial_parameters_through_invweight(limited, coupled):
+  """Masses and armature in models with limit, friction and joint-equality rows: their softness reads
+  `dof_invweight0`, derived from the mass matrix at `qpos0` (`invweight.py`). Measured: the slider's
+  mass 1.2e-4, armature 2.1e-5 (limited); masses 3.0e-7 .. 1.1e-6, armature 1.3e-6 (coupled); the
+  lanes 2.1e-3, 3.9e-3; 6.2e-4 .. 8.9e-3, 1.4e-3."""
+  ctrl, qpos0, qvel0 = _limited_inputs(40)
+  params = [diffsim.Param("body_mass", "slider"), diffsim.Param("dof_armature")]
+  res = diffsim.check_gradients(limited, ctrl, qpos0=qpos0, qvel0=qvel0, params=params, wrt=("params",),
+                                gradient="analytic", spread=0.0)
+  print(res)
+  assert res.max_rel_err < 1e-3, res
+  m = coupled.mjm
+  ctrl, qvel0 = _inputs(coupled, 40)
+  params = [diffsim.Param("body_mass", m.body(i).name) for i in range(1, m.nbody)] + [diffsim.Param("dof_armature")]
+  res = diffsim.check_gradients(coupled, ctrl, qvel0=qvel0, params=params, wrt=("params",), gradient="analytic")
+  print(res)
+  assert res.max_rel_err < 1e-5, res
+
+
 def test_friction_parameter_gradient(limited):
   ctrl, qpos0, qvel0 = _limited_inputs(30)
   p = diffsim.Param("dof_frictionloss")
@@ -205,7 +224,8 @@ def test_selection(cartpole, so101, caplog):
   spec.option.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
   m = spec.compile()
   assert analytic_coverage(m) is None
-  assert "dof_invweight0" in analytic_coverage(m, ["dof_armature"])
+  assert analytic_coverage(m, ["dof_armature", "body_mass"]) is None  # through dof_invweight0 (invweight.py)
+  assert "body_invweight0" in analytic_coverage(m, ["body_ipos"])
   # implicit and RK4 integrators and sleeping bodies are not covered; implicitfast's free bodies are
   m = mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml"))
   m.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4

@@ -221,6 +221,19 @@ def test_contact_softness_parameters(zoo):
     assert err < 1e-3 and err < 0.1 * lanes.rel_err[k], (k, err, lanes.rel_err[k])
 
 
+def test_inertial_parameters_through_invweight(zoo):
+  """Masses and inertias in a model with contacts: besides the dynamics, they set every row's
+  softness through `body_invweight0`, which `mj_setConst` derives from the mass matrix at `qpos0`
+  (`invweight.py`). Measured: masses 5.8e-7 (ball) .. 7.5e-6 (box), the ball's inertia 3.1e-6; holding
+  `body_invweight0` fixed instead erred by 4e-2 .. 0.2, the lanes by 2.2e-4 .. 1.3e-2."""
+  ctrl, qpos0, qvel0 = _zoo_inputs(zoo.mjm)
+  params = [diffsim.Param("body_mass", b) for b in ("box", "ball", "capsule", "cylinder")] + \
+    [diffsim.Param("body_inertia", "ball")]
+  res = check_gradients(zoo, ctrl, qpos0=qpos0, qvel0=qvel0, params=params, wrt=("params",), gradient="analytic")
+  print(res)
+  assert res.max_rel_err < 5e-5, res
+
+
 def test_sticking_box(sliding_box):
   """Static friction: a settled box pushed below its friction limit (2 N against 4.9 N) stays put;
   the pyramid edges that hold it are all quadratic rows. Measured 4e-5."""
@@ -332,8 +345,10 @@ def test_refused_contact_features():
     assert why in analytic_coverage(m), analytic_coverage(m)
   m = mujoco.MjModel.from_xml_string(base.format(opt="", geom=""))
   assert analytic_coverage(m) is None
-  # inertial parameters in a model with contacts: the rows' impedance reads body_invweight0
-  assert "body_mass" in analytic_coverage(m, ["body_mass"])
+  # inertial parameters in a model with contacts: the rows' impedance reads body_invweight0, which the
+  # adjoint differentiates for masses and inertias, not for body_ipos (its Jacobians move with it)
+  assert analytic_coverage(m, ["body_mass", "body_inertia"]) is None
+  assert "body_ipos" in analytic_coverage(m, ["body_ipos"])
   scene = diffsim.Scene.from_xml(base.format(opt='noslip_iterations="3"', geom=""), nworld=1, device=DEVICE)
   with pytest.raises(ValueError, match="the noslip solver"):
     diffsim.Rollout(scene, 3, gradient="analytic")

@@ -30,9 +30,8 @@ What the tutorial changes in the scene, and why:
     pushes the mass came out 7.5e-4 off with a std of 3e-5 (3.2 std: outside its interval) with
     noslip, 3.0e-3 off with a std of 1.7e-4 (2.3 std) without. Without it, too, the model is one
     the analytic adjoint covers, so what the result says about each parameter's derivatives is
-    about the parameter: the adjoint covers `geom_friction` (an Adam run on tape gradients would
-    take it there) but not inertial parameters in a model with contacts; LM's Jacobians come from the
-    lanes for both.
+    about the parameter: the adjoint covers `geom_friction` and `body_mass` (an Adam run on tape
+    gradients would take it for both); LM's Jacobians come from the lanes.
 
 A sliding 4 cm box on this floor hops: from the moment it slides, MuJoCo's soft contacts let its
 corners lift and land again (its floor contacts go 4, 2, 0, 4 from step to step, in C and MJWarp

@@ -47,6 +47,7 @@ One file per stage:
   contact_geometry.py  the frozen contact set's points, frames and distances as functions of `qpos`
   contacts.py     contact rows of the frozen contact set (`ContactRows`)
   cones.py        elliptic cones: the solver's zones and the cone's Hessian block
+  invweight.py    inertial parameters through the rows' softness (`body_invweight0`, `dof_invweight0`)
   solve.py        mass matrix, Cholesky, damped acceleration, free-body 6 x 6 solves, integrator VJP,
                   the constraint adjoint (IFT)
   program.py      `_Program`: the replay's recorded launches, forward and reverse

@@ -85,13 +85,17 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
         return f"limits of ball joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
   equality = constraints_on and not off & dsbl.mjDSBL_EQUALITY and mjm.neq
   if limits or friction or equality or contacts:
-    inertial = [f for f in fields if f in ("body_mass", "body_inertia", "body_ipos", "dof_armature")]
-    if inertial:
-      # the rows' regularization reads dof_invweight0 and body_invweight0, which MuJoCo derives from the
-      # inertia at qpos0
-      return (f"inertial parameter {inertial[0]} in a model with contacts, joint or tendon limits, dof or tendon "
-              "friction or joint equalities (their constraint rows' softness depends on the inertia through "
-              "dof_invweight0, tendon_invweight0 and body_invweight0)")
+    # the rows' softness reads dof_invweight0 and body_invweight0, which MuJoCo derives from the inertia at
+    # qpos0 (`invweight.py` differentiates them), and tendon_invweight0 (not differentiated)
+    if "body_ipos" in fields:
+      return ("inertial parameter body_ipos in a model with contacts, limits, friction or equalities (the rows' "
+              "softness reads body_invweight0, whose Jacobians at the centres of mass move with it)")
+    tendon_rows = mjm.ntendon and ((limits and mjm.tendon_limited.any()) or
+                                   (friction and mjm.tendon_frictionloss.any()))
+    inertial = [f for f in fields if f in ("body_mass", "body_inertia", "dof_armature")]
+    if inertial and tendon_rows:
+      return (f"inertial parameter {inertial[0]} in a model with tendon limits or tendon friction (their "
+              "softness reads tendon_invweight0, which the adjoint does not differentiate)")
   if mjm.nflex or mjm.nplugin:
     return "flexes or plugins"
   if mjm.nmocap:

@@ -20,6 +20,7 @@ from .contacts import ContactRows
 from .coverage import analytic_coverage
 from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term, _free_crb, _free_gyro_term, \
   _joint_forces, _passive, _subtree_forces
+from .invweight import InvWeightAdjoint
 from .kinematics import _cdof, _cdof_dot, _cinert, _inertial_frames, _kinematics, _site_frames, _subtree_com, \
   _subtree_sums, _velocities
 from .program import _Program
@@ -446,6 +447,11 @@ class AnalyticStep:
       self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
                                   qvel=self.qvel, qacc=self.qacc, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
       self.constrained = True
+    # inertial parameters also reach the rows' softness, through body_invweight0 and dof_invweight0
+    self.invweight = None
+    if self.constrained and {"body_mass", "body_inertia", "dof_armature"} & {p.field for p in self.layout.params}:
+      self.invweight = InvWeightAdjoint(s, P, self.body_dof)
+      self._field_grads += [self.invweight.G_body, self.invweight.G_dof]
     P.launch("step", _add_forces, (n, nv), [qfrc_passive, qfrc_actuator, qfrc_constraint], [self.force])
     if self.constrained:
       rne(self.qacc, self.tau_a)
@@ -533,6 +539,8 @@ class AnalyticStep:
                 inputs=[s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, k, kc, int(with_step), traj.qpos, traj.qpos.grad,
                         traj.qvel.grad, traj.act.grad] + self._leaves + [self.lam_q, self.lam_v],
                 outputs=[lam, ctrl_grad])
+    if self.invweight is not None:
+      self.invweight.run()
     for p, (cols, tie), g in zip(self.layout.params, self.layout.columns, self._param_grads):
       wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[flat_rows(g, p.width), cols, 1.0],
                 outputs=[p.value.grad])
