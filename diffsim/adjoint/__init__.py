@@ -12,8 +12,9 @@ implicitfast integrators take it:
   v' = v + h a_e,   q' = q (+) h v',   w' = w + h w_dot(w, u)
 
 `tau_ID = M a + c(q, v)` is inverse dynamics (recursive Newton-Euler at a fixed acceleration), `f` the
-actuator, passive and constraint forces (joint limits, dof friction and joint equalities: rows whose
-force is `-D (J a - aref)` in the quadratic regime, a constant in the linear one), `B` the dof damping
+actuator, passive and constraint forces (joint limits of hinges, slides and ball joints, dof friction,
+joint, connect and weld equalities, contacts: rows whose force is `-D (J a - aref)` in the quadratic
+regime, a constant in the linear one), `B` the dof damping
 (Euler; none when `eulerdamp` is off) or minus implicitfast's `qDeriv` (damping and the actuators'
 velocity gains; on a free body, a tree of one free joint, also its bias force's velocity derivative,
 the gyroscopic term, which makes that 6 x 6 block unsymmetric). By the implicit function theorem two
@@ -28,9 +29,9 @@ is written by hand (the quaternion exponential's right Jacobian for ball and fre
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
 is checked up front (`analytic_coverage`): a model feature the adjoint does not differentiate
-(contacts, tendons, connect and weld equalities, ...) makes `gradient="auto"` fall back to the
-finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows will slot
-into the same constraint solve, with their Jacobians rebuilt from the frozen contact frames.
+(elliptic cones, tendons, ...) makes `gradient="auto"` fall back to the finite-difference lanes, and
+`gradient="analytic"` an error that names it. Contact rows slot into the same constraint solve, with
+their Jacobians rebuilt from the frozen contact frames.
 
 One file per stage:
 
@@ -41,6 +42,9 @@ One file per stage:
   actuation.py    actuator forces, activation dynamics, actuator velocity gains
   sensors.py      the covered sensors
   constraints.py  `_kbimp`, joint-limit, dof-friction and joint-equality rows (`record_rows`)
+  ball_limits.py  ball-joint limit rows (`record_ball_limits`)
+  equalities.py   connect and weld rows (`EqualityRows`), their `J^T D J` after the segment ran
+  contacts.py     contact rows (`ContactRows`): the forward's contact set, frozen
   solve.py        mass matrix, Cholesky, damped acceleration, free-body 6 x 6 solves, integrator VJP,
                   the constraint adjoint (IFT)
   program.py      `_Program`: the replay's recorded launches, forward and reverse

@@ -15,9 +15,11 @@ from ..joints import BALL, FREE, HINGE, SLIDE
 from ..mjmodel import can_make_contacts
 from ..params import flat_rows, model_field
 from .actuation import _actuation, _actuator_velocity_diag
+from .ball_limits import record_ball_limits
 from .constraints import record_rows
 from .contacts import ContactRows
 from .coverage import analytic_coverage
+from .equalities import EqualityRows
 from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term, _free_crb, _free_gyro_term, \
   _joint_forces, _passive, _subtree_forces
 from .kinematics import _cdof, _cdof_dot, _cinert, _inertial_frames, _kinematics, _site_frames, _subtree_com, \
@@ -427,6 +429,11 @@ class AnalyticStep:
     # constraint rows at the solver's acceleration: each kind adds its forces into qfrc_constraint and
     # its rows' J^T D J into jtdj (the IFT's Hessian M + J^T D J)
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
+    self.constrained |= record_ball_limits(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
+    self.equalities = EqualityRows.record(P, mjm, m, arr, accumulated, xpos=xpos, xquat=xquat, xmat=xmat, com=com,
+                                          cdof=cdof, cvel=cvel, cdof_dot=cdof_dot, qvel=self.qvel, qacc=self.qacc,
+                                          qfrc_constraint=qfrc_constraint, jtdj=jtdj)
+    self.constrained |= self.equalities is not None
     self.contacts = None
     if not off & dsbl.mjDSBL_CONSTRAINT and can_make_contacts(mjm):
       self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
@@ -442,7 +449,8 @@ class AnalyticStep:
     self.values = dict(xpos=xpos, xquat=xquat, xipos=xipos, cinert=cinert, cdof=cdof, qfrc_passive=qfrc_passive,
                        qfrc_actuator=qfrc_actuator, actuator_force=actuator_force, qfrc_constraint=qfrc_constraint,
                        act=self.act_next, sensordata=self.sensordata, tau_e=self.tau_e, tau_a=self.tau_a,
-                       damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}))
+                       damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}),
+                       **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
@@ -479,6 +487,8 @@ class AnalyticStep:
     P.forward("step")
     if self.contacts is not None:
       self.contacts.hessian()
+    if self.equalities is not None:
+      self.equalities.hessian()
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints
