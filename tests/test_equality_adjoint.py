@@ -214,3 +214,40 @@ def test_gradients(name, request):
   print("lanes:", fd)
   for k, err in ana.rel_err.items():
     assert err < 1e-3 and err <= fd.rel_err[k], (k, err, fd.rel_err[k])
+
+
+def test_sparse_rows_equal_mjwarp():
+  """nv > 32, where MJWarp builds sparse rows: those read the `body_invweight0` of a jointless body's
+  weld root (the connect's and weld's body `tip`, welded to `arm`), which differs from its own."""
+  chain = "".join(f'<body pos="{0.1 * i} 1 1"><joint axis="0 1 0"/><geom size="0.02" mass="0.1"/></body>'
+                  for i in range(34))
+  xml = f"""<mujoco><option timestep="0.005"/><default><geom contype="0" conaffinity="0"/></default><worldbody>{chain}
+    <body name="arm" pos="0 0 1"><joint axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.02" mass="0.3"/>
+      <body name="tip" pos="0.3 0 0"><geom size="0.03" mass="0.2"/><site name="s" pos="0.05 0 0"/></body>
+    </body>
+    <body name="b" pos="0.35 0 1.2"><freejoint/><geom type="box" size="0.03 0.03 0.03" mass="0.3"/>
+      <site name="t" pos="0 0 -0.2"/></body>
+    </worldbody><equality><connect site1="s" site2="t"/><weld body1="tip" body2="b"/></equality></mujoco>"""
+  scene = diffsim.Scene.from_xml(xml, nworld=1, device=DEVICE)
+  m = scene.mjm
+  tip = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "tip")
+  assert scene.model.is_sparse and m.body_weldid[tip] != tip
+  assert abs(m.body_invweight0[tip, 0] - m.body_invweight0[m.body_weldid[tip], 0]) > 0.1
+  ro = diffsim.Rollout(scene, 1, gradient="analytic")
+  qvel0 = 0.3 * np.random.default_rng(0).standard_normal(scene.nv).astype(np.float32)
+  traj = ro(wp.zeros((1, 1, 0), dtype=float, device=scene.device), qvel0=qvel0)
+  d = mjw.put_data(m, mujoco.MjData(m), nworld=1)
+  d.qpos.assign(traj.qpos.numpy()[:, 0])
+  d.qvel.assign(traj.qvel.numpy()[:, 0])
+  mjw.forward(scene.model, d)
+  mjw.forward(scene.model, d)
+  ro.adjoint.rebuild()
+  ro.adjoint.replay(traj, wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device), 0, 0, True)
+  nefc = d.nefc.numpy()[0]
+  v = ro.adjoint.values
+  np.testing.assert_allclose(v["eq_D"].numpy()[0], d.efc.D.numpy()[0, :nefc], rtol=1e-5)
+  aref = d.efc.aref.numpy()[0, :nefc]
+  np.testing.assert_allclose(v["eq_aref"].numpy()[0], aref, rtol=0, atol=2e-5 * np.abs(aref).max())
+  want = d.qfrc_constraint.numpy()[0]
+  np.testing.assert_allclose(v["qfrc_constraint"].numpy()[0], want, rtol=0, atol=1e-5 * np.abs(want).max())
