@@ -105,6 +105,9 @@ class Physics:
     self.tolerance = tolerance
     self.follow = follow
     self.own = skips_solver(model, data)
+    # MJWarp 4.0 builds connect and weld rows from the `cvel` and `cdof_dot` its Data holds (the previous
+    # step's, at a rollout's first step whatever the Data last saw); MuJoCo C from the state's own
+    self.fresh_velocities = model.eq_connect_adr.shape[0] + model.eq_wld_adr.shape[0] > 0
     if self.own:
       dev = data.qacc.device
       self._any_rows = wp.zeros(1, dtype=int, device=dev)
@@ -116,6 +119,7 @@ class Physics:
     import mujoco_warp as mjw
 
     m, d = self.model, self.data
+    self._refresh_velocities()
     with self._options():
       if not self.own:
         mjw.step(m, d)
@@ -130,11 +134,21 @@ class Physics:
     """One `mjw.forward`: positions, velocities, forces, accelerations and sensors, no integration."""
     import mujoco_warp as mjw
 
+    self._refresh_velocities()
     with self._options():
       if not self.own:
         mjw.forward(self.model, self.data)
         return
       self._forward()
+
+  def _refresh_velocities(self) -> None:
+    """The state's own `cvel` and `cdof_dot` for the connect and weld rows (see `__init__`)."""
+    if self.fresh_velocities:
+      from mujoco_warp._src import smooth
+
+      smooth.kinematics(self.model, self.data)
+      smooth.com_pos(self.model, self.data)
+      smooth.com_vel(self.model, self.data)
 
   @contextlib.contextmanager
   def _options(self):

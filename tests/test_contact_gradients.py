@@ -179,8 +179,8 @@ def test_lanes_that_exceed_the_memory_are_refused_before_allocation(monkeypatch)
 # The sweep's rows (`benchmarks/bench_contact_gradients.py`: 2 worlds, 20 steps, default settings)
 # that pass the bar with MJWarp matching MuJoCo C and a solid reference, and take under 5 s:
 # bounds about 10x the error measured on this CPU (after each row), at most 1e-2. jdotv's
-# connect_3d and weld_3d sit near it: MJWarp 4.0 builds connect and weld rows from the previous
-# step's body velocities (the forward error there), see README "Gradient quality".
+# connect_3d and weld_3d sit near it: two boxes pressed face to face while sliding, whose contact
+# points (MJWarp's clipped face polygon) slide along both boxes where they are no corner of either.
 SWEEP_BOUNDS = {
   # model: bounds on the ctrl and qvel0 gradient errors (None: no actuators) and the forward max
   # |qpos| difference from mj_step; contacts and constraint rows at the start; measured
@@ -195,9 +195,9 @@ SWEEP_BOUNDS = {
   "collision_sdf/tactile.xml": (None, 2e-05, 8e-07),  # 0 contacts, 0 rows; -, 1.6e-06, 7.2e-08
   "hfield/hfield.xml": (None, 4e-05, 5e-07),  # 0 contacts, 0 rows; -, 3.5e-06, 4.7e-08
   "humanoid/humanoid.xml": (1e-02, 1e-02, 7e-06),  # 8 contacts, 32 rows; 7.1e-03, 8.6e-03, 6.5e-07
-  "jdotv/connect_2d.xml": (None, 9e-04, 2e-04),  # 0 contacts, 3 rows; -, 8.4e-05, 1.1e-05
-  "jdotv/connect_3d.xml": (None, 1e-02, 3e-03),  # 4 contacts, 3 rows; -, 7.0e-03, 2.5e-04
-  "jdotv/weld_3d.xml": (None, 1e-02, 3e-03),  # 4 contacts, 6 rows; -, 5.9e-03, 2.3e-04
+  "jdotv/connect_2d.xml": (None, 5e-06, 3e-06),  # 0 contacts, 3 rows; -, 4.6e-07, 2.3e-07
+  "jdotv/connect_3d.xml": (None, 1e-02, 3e-03),  # 4 contacts, 3 rows; -, 5.2e-03, 2.0e-04
+  "jdotv/weld_3d.xml": (None, 1e-02, 4e-04),  # 4 contacts, 6 rows; -, 4.8e-03, 3.4e-05
   "pendula.xml": (1e-02, 1e-02, 2e-05),  # 0 contacts, 4 rows; 1.1e-03, 1.7e-03, 1.5e-06
   "tendon/armature.xml": (None, 2e-04, 2e-06),  # 0 contacts, 0 rows; -, 1.2e-05, 1.3e-07
   "tendon/damping.xml": (None, 5e-04, 2e-06),  # 0 contacts, 0 rows; -, 4.9e-05, 1.6e-07

@@ -12,9 +12,9 @@ implicitfast integrators take it:
   v' = v + h a_e,   q' = q (+) h v',   w' = w + h w_dot(w, u)
 
 `tau_ID = M a + c(q, v)` is inverse dynamics (recursive Newton-Euler at a fixed acceleration), `f` the
-actuator, passive and constraint forces (joint and tendon limits, dof and tendon friction, joint
-equalities and contacts: rows whose force is `-D (J a - aref)` in the quadratic regime, a constant in
-the linear one), `B` the dof damping
+actuator, passive and constraint forces (joint limits of hinges, slides and ball joints, tendon
+limits, dof and tendon friction, joint, connect and weld equalities, contacts: rows whose force is
+`-D (J a - aref)` in the quadratic regime, a constant in the linear one), `B` the dof damping
 (Euler; none when `eulerdamp` is off) or minus implicitfast's `qDeriv` (damping and the actuators'
 velocity gains; on a free body, a tree of one free joint, also its bias force's velocity derivative,
 the gyroscopic term, which makes that 6 x 6 block unsymmetric). By the implicit function theorem two
@@ -29,9 +29,9 @@ is written by hand (the quaternion exponential's right Jacobian for ball and fre
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
 is checked up front (`analytic_coverage`): a model feature the adjoint does not differentiate
-(the noslip solver, geom-wrapping tendons, connect and weld equalities, ...) makes `gradient="auto"` fall
-back to the finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows
-join the same constraint solve, their Jacobians rebuilt from the frozen contact set (`contacts.py`).
+(the noslip solver, geom-wrapping tendons, flexes, ...) makes `gradient="auto"` fall back to the
+finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows join the same
+constraint solve, their Jacobians rebuilt from the frozen contact set (`contacts.py`).
 
 One file per stage:
 
@@ -44,6 +44,8 @@ One file per stage:
                   site transmissions (`TendonRows`, `record_transmissions`)
   sensors.py      the covered sensors
   constraints.py  `_kbimp`, joint-limit, dof-friction and joint-equality rows (`record_rows`)
+  ball_limits.py  ball-joint limit rows (`record_ball_limits`)
+  equalities.py   connect and weld rows (`EqualityRows`), their `J^T D J` after the segment ran
   contact_geometry.py  the frozen contact set's points, frames and distances as functions of `qpos`
   contacts.py     contact rows of the frozen contact set (`ContactRows`)
   cones.py        elliptic cones: the solver's zones and the cone's Hessian block

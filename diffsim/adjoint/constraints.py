@@ -220,7 +220,7 @@ def record_rows(P, mjm: mujoco.MjModel, m, qpos: wp.array, qvel: wp.array, qacc:
   if not constraints_on or off & dsbl.mjDSBL_LIMIT:
     limited = []
   friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and bool(mjm.dof_frictionloss.any())
-  equalities = [e for e in range(mjm.neq) if mjm.eq_active0[e]] \
+  equalities = [e for e in range(mjm.neq) if mjm.eq_active0[e] and mjm.eq_type[e] == mujoco.mjtEq.mjEQ_JOINT] \
     if constraints_on and not off & dsbl.mjDSBL_EQUALITY else []
   refsafe = 0 if off & dsbl.mjDSBL_REFSAFE else 1
   any_rows = bool(limited) or friction or bool(equalities)

@@ -7,10 +7,11 @@ What stays a function of `q` is rebuilt in differentiable kernels from the repla
 (`_contact_locals` freezes, `_contact_geometry` rebuilds), in one of three modes:
 
   - face (`_FACE1`, `_FACE2`): one geom's surface defines the normal (a plane; a box face or mesh
-    polygon along the normal, whichever of the two geoms has one; the non-round geom against a sphere
-    or capsule). The normal and an anchor point on that surface turn and move with its body; the
-    other geom's feature (a box corner or mesh vertex, a sphere's centre or capsule's core point, a
-    cylinder's lowest rim point around its axis) moves with its own body, and
+    polygon along the normal, whichever of the two geoms has one, and between two boxes the one whose
+    corner is not the contact point; the non-round geom against a sphere or capsule). The normal and
+    an anchor point on that surface turn and move with its body; the other geom's feature (a box
+    corner or mesh vertex, a sphere's centre or capsule's core point, a cylinder's lowest rim point
+    around its axis) moves with its own body, and
     `dist = n . (p_feature - p_anchor)` less the feature's rounding radius;
   - round (`_ROUND`): two spheres or capsules: the normal joins their core points, a capsule's
     sliding along its segment (the segments' closest points) unless it is a segment end;
@@ -60,6 +61,14 @@ def _geom_axis(xmat: wp.mat33) -> wp.vec3:
 def _inside_segment(point: wp.vec3, center: wp.vec3, axis: wp.vec3, half: float) -> bool:
   """Whether `point` on a capsule's core segment lies strictly between its ends."""
   return wp.abs(wp.dot(point - center, axis)) < half * (1.0 - 1.0e-5)
+
+
+@wp.func
+def _box_corner(point: wp.vec3, center: wp.vec3, R: wp.mat33, size: wp.vec3) -> bool:
+  """Whether `point` is a corner of the box (centre `center`, orientation `R`, half sizes `size`)."""
+  local = wp.transpose(R) @ (point - center)
+  tol = 1.0e-3 * wp.max(wp.max(size[0], size[1]), size[2])
+  return wp.abs(local[0]) > size[0] - tol and wp.abs(local[1]) > size[1] - tol and wp.abs(local[2]) > size[2] - tol
 
 
 @wp.func
@@ -163,6 +172,16 @@ def _contact_locals(
                             mesh_polynormal)
     if face2 > face1:
       mode = _FACE2
+    if t1 == _BOX and t2 == _BOX:
+      # nearly parallel faces: a corner of one box on the other's face moves with its own box, whichever
+      # face MJWarp took the normal from
+      sizes = w % geom_size.shape[0]
+      corner1 = _box_corner(p1, geom_xpos[w, g[0]], geom_xmat[w, g[0]], geom_size[sizes, g[0]])
+      corner2 = _box_corner(p2, geom_xpos[w, g[1]], geom_xmat[w, g[1]], geom_size[sizes, g[1]])
+      if corner1 and not corner2:
+        mode = _FACE2
+      elif corner2 and not corner1:
+        mode = _FACE1
   core2 = p2 + r2 * n
   if mode == _ROUND and dist + r1 + r2 < 1.0e-6 * (r1 + r2):
     # coincident core points: the normal joining them is undefined and MJWarp's is a fixed world axis;

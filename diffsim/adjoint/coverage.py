@@ -70,19 +70,21 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   if why:
     return why
   if constraints_on and not off & dsbl.mjDSBL_EQUALITY:
+    covered = (int(mujoco.mjtEq.mjEQ_JOINT), int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD))
     for e in range(mjm.neq):
-      if int(mjm.eq_type[e]) != int(mujoco.mjtEq.mjEQ_JOINT):
-        return f"{mujoco.mjtEq(int(mjm.eq_type[e])).name[5:].lower()} equality constraints (joint equalities only)"
+      if int(mjm.eq_type[e]) not in covered:
+        return (f"{mujoco.mjtEq(int(mjm.eq_type[e])).name[5:].lower()} equality constraints (joint, connect and "
+                "weld equalities only)")
       for j in mjm.eq_obj1id[e], mjm.eq_obj2id[e]:
-        if j >= 0 and mjm.jnt_type[j] not in (HINGE, SLIDE):
+        if mjm.eq_type[e] == mujoco.mjtEq.mjEQ_JOINT and j >= 0 and mjm.jnt_type[j] not in (HINGE, SLIDE):
           return "joint equalities of ball or free joints"
   limits = constraints_on and not off & dsbl.mjDSBL_LIMIT and (mjm.jnt_limited.any() or mjm.tendon_limited.any())
   friction = constraints_on and not off & dsbl.mjDSBL_FRICTIONLOSS and (mjm.dof_frictionloss.any() or
                                                                         mjm.tendon_frictionloss.any())
   if limits:
     for j in np.flatnonzero(mjm.jnt_limited):
-      if mjm.jnt_type[j] not in (HINGE, SLIDE):
-        return f"limits of ball joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
+      if mjm.jnt_type[j] not in (HINGE, SLIDE, BALL):
+        return f"limits of free joints (joint {_name(mjm, mujoco.mjtObj.mjOBJ_JOINT, int(j))})"
   equality = constraints_on and not off & dsbl.mjDSBL_EQUALITY and mjm.neq
   if limits or friction or equality or contacts:
     # the rows' softness reads dof_invweight0 and body_invweight0, which MuJoCo derives from the inertia at

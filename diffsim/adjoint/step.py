@@ -15,19 +15,21 @@ from ..joints import BALL, FREE, HINGE, SLIDE
 from ..mjmodel import can_make_contacts
 from ..params import flat_rows, model_field
 from .actuation import _actuation, _actuator_velocity_diag
+from .ball_limits import record_ball_limits
 from .constraints import record_rows
 from .contacts import ContactRows
 from .coverage import analytic_coverage
 from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term, _free_crb, _free_gyro_term, \
   _joint_forces, _passive, _subtree_forces
+from .equalities import EqualityRows
 from .invweight import InvWeightAdjoint
 from .kinematics import _cdof, _cdof_dot, _cinert, _inertial_frames, _kinematics, _site_frames, _subtree_com, \
   _subtree_sums, _velocities
 from .program import _Program
 from .sensors import _sensors
-from .tendons import TendonRows, record_transmissions
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
   _integrator_vjp, _mass_matrix
+from .tendons import TendonRows, record_transmissions
 
 __all__ = ["AnalyticStep"]
 
@@ -442,6 +444,11 @@ class AnalyticStep:
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
     if self.tendons is not None and self.tendons.any_rows:
       self.constrained = True
+    self.constrained |= record_ball_limits(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
+    self.equalities = EqualityRows.record(P, mjm, m, arr, accumulated, xpos=xpos, xquat=xquat, xmat=xmat, com=com,
+                                          cdof=cdof, cvel=cvel, cdof_dot=cdof_dot, qvel=self.qvel, qacc=self.qacc,
+                                          qfrc_constraint=qfrc_constraint, jtdj=jtdj)
+    self.constrained |= self.equalities is not None
     self.contacts = None
     if not off & dsbl.mjDSBL_CONSTRAINT and can_make_contacts(mjm):
       self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
@@ -463,7 +470,8 @@ class AnalyticStep:
                        qfrc_actuator=qfrc_actuator, actuator_force=actuator_force, qfrc_constraint=qfrc_constraint,
                        act=self.act_next, sensordata=self.sensordata, tau_e=self.tau_e, tau_a=self.tau_a,
                        damp=self.damp, force=self.force, **(self.contacts.values if self.contacts else {}),
-                       **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}))
+                       **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}),
+                       **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
@@ -502,6 +510,8 @@ class AnalyticStep:
       self.contacts.hessian()
     if self.tendons is not None:
       self.tendons.hessian()
+    if self.equalities is not None:
+      self.equalities.hessian()
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints
