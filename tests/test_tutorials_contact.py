@@ -44,7 +44,8 @@ def test_sysid_push_friction(tmp_path, capsys):
 def test_so101_push(tmp_path, capsys):
   # 4 worlds, the cube pushed 5-15 cm with both jaw pads, L-BFGS on analytic-adjoint tape gradients:
   # every world's plan, replayed open-loop in float64 MuJoCo C, must end with the cube within 2 cm of
-  # its target in >= 90% of the worlds (measured: all 4, 0.23-0.9 cm; about 60 s on the 2-core CPU)
+  # its target in >= 90% of the worlds, and the median error must fall below the scripted start's
+  # (measured: all 4, 0.23-0.9 cm, median 0.37 against 1.0 cm; about 60 s on the 2-core CPU)
   code = _load("08_so101_push.py").main(["--test", "--device", DEVICE, "--out", str(tmp_path)])
   out = capsys.readouterr().out
   assert code == 0, out

@@ -241,6 +241,11 @@ def main(argv=None) -> int:
     if success < 0.9:
       print(f"test FAILED: {100 * success:.0f}% of worlds within 2 cm in MuJoCo C, the bar is 90%")
       return 1
+    # the scripted start alone is close at this size: the solver must also bring the cubes closer
+    if np.median(err) >= np.median(err0):
+      print(f"test FAILED: median error in C {100 * np.median(err):.2f} cm, not below the scripted plan's "
+            f"{100 * np.median(err0):.2f} cm")
+      return 1
     print("test passed")
   return 0
 
