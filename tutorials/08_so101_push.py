@@ -12,8 +12,8 @@ step Jacobians.
 The pusher: both jaw pads, the gripper held half open (`GRIP`, pads' centers 37.6 mm apart) and
 turned so that the pads' ends lead, side by side across the cube's 4 cm face. Pushed at two
 points that far apart, the cube stays square to the push; one pad alone (1.6 cm wide) pushes at a
-point, the cube turns and the pad slides off its face (the previous version of this tutorial: 2 of
-4 worlds). The gripper joint is an actuator like the others: the solvers keep or change it.
+point, the cube turns and the pad slides off its face (the previous version of this tutorial). The
+gripper joint is an actuator like the others: the solvers keep or change it.
 
 Cost: the cube's `block_pos` (framepos) sensor at the end, x and y (`--weight` per m^2), plus a
 price on changing the servo targets (`CtrlRateCost`). Shaping: the controls start from a scripted
@@ -235,7 +235,8 @@ def main(argv=None) -> int:
   print(f"scripted plan, replayed in C: {100 * np.mean(err0 < 0.02):.0f}% within 2 cm, errors (cm) "
         f"{np.round(100 * err0, 2).tolist()}")
   print(f"08_so101_push: {args.nworld} worlds, {args.method} ({derivative}), {res.nit} iterations in "
-        f"{res.time:.1f} s: replayed in MuJoCo C {100 * success:.0f}% within 2 cm, median {100 * np.median(err):.2f} cm, "
+        f"{res.time:.1f} s: replayed in MuJoCo C {100 * success:.0f}% within 2 cm, "
+        f"median {100 * np.median(err):.2f} cm, "
         f"errors (cm) {np.round(100 * err, 2).tolist()} (wrote {figure})")
   if args.test:
     if success < 0.9:
