@@ -59,7 +59,10 @@ def test_lm_recovers_mass_and_damping(result):
   # of a float32 rollout drifting along time, is smaller)
   assert all(abs(result.x[k] - TRUE[k]) <= 3.0 * result.std[k] for k in TRUE), (result.x, result.std)
   assert all(0 < result.std_data[k] <= result.std[k] for k in TRUE)
-  assert result.jacobian == "forward" and result.constraint_changes == 0  # smooth: no second opinion
+  # smooth (no constraint row along the trajectories): "auto" keeps the directional Jacobian, with
+  # 1 + nparam lanes per world, and asks no second opinion
+  assert result.jacobian == "directional" and result.constraint_changes == 0
+  assert result.sim_worlds == 1 + len(TRUE)
   assert isinstance(result, diffsim.optim.OptimizeResult) and result.method == "lm" and result.time > 0
 
 
