@@ -18,13 +18,15 @@ the graphs, then run the job) is timed apart (`first_s`), not in the medians. Jo
     its worlds' starts and targets with the seed of its first world, so the runs solve different
     draws of the same distribution; the success rate (end effector within 1 cm) is reported.
 
-  - sysid: Levenberg-Marquardt on bench_sysid's problem (64 recordings of its 5-link arm, 300 steps,
-    armature and damping of the 5 joints), the recordings split between the workers
-    (`cluster.identify`: each worker builds the problem of its recordings once, then linearizes at
-    the unknowns the driver sends; the driver sums the normal equations and solves), `--sysid-jacobian`
-    (`directional`), `--sysid-iters` (30) at most; beside `mujoco.sysid` on the same data
-    (bench_sysid's `run_mujoco_sysid`, on all cores), which joins the rounds (`sysid_s`,
-    `speedup_vs_sysid`: the median of the per-round ratios mujoco.sysid / all workers). `local`
+  - sysid: Levenberg-Marquardt on bench_sysid's smooth armature problem (issue 27's bar: 64
+    recordings of its 5-link arm, 500 steps, the armatures of the 5 joints from the truth times
+    1.3), the recordings split between the workers (`cluster.identify`: each worker builds the
+    problem of its recordings once, then linearizes at the unknowns the driver sends; the driver
+    sums the normal equations and solves), `--sysid-jacobian` (`auto`, the default), `--sysid-iters`
+    (30) at most; beside `mujoco.sysid` on the same data (bench_sysid's `run_mujoco_sysid`) on all
+    cores and pinned to one, both joining the rounds (`sysid_s`, `sysid_1core_s`; `speedup_vs_sysid`:
+    the median of the per-round ratios mujoco.sysid / all workers, `speedup_1_vs_sysid_1core`:
+    mujoco.sysid on one core / 1 worker, whose Warp runs on one core). `local`
     is bench_sysid's `run_diffsim`: the whole call, the problem built each time, where the workers
     keep theirs between calls (their first call builds it: `first_s`).
 
@@ -53,7 +55,7 @@ import numpy as np
 from .save import write_json
 
 _TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
-SIZES = {"gradient": (1024, 100), "trajopt": (64, 0.3), "sysid": (64, 300)}  # worlds and steps (trajopt: horizon, s)
+SIZES = {"gradient": (1024, 100), "trajopt": (64, 0.3), "sysid": (64, 500)}  # worlds and steps (trajopt: horizon, s)
 QUICK = {"gradient": (16, 10), "trajopt": (4, 0.05), "sysid": (4, 20)}
 
 
@@ -231,7 +233,33 @@ def bench_trajopt(cluster, nworld: int, duration: float, iters: int, repeats: in
   }
 
 
-def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "directional",
+def _spin(n: int) -> float:
+  t = time.perf_counter()
+  s = 0
+  for i in range(n):
+    s += i
+  return time.perf_counter() - t
+
+
+def parallel_capacity(n: int = 10_000_000) -> float:
+  """The CPUs this machine gives two busy processes right now: `2 t1 / t2`, where `t1` is a pure-Python
+  loop's time alone and `t2` the time of two at once in two forked processes (2.0 on two idle cores;
+  about 1 where other sessions keep one core busy). Measured beside a scale-out row, whose 2-worker
+  figures mean little where it is near 1."""
+  import multiprocessing as mp
+
+  one = min(_spin(n) for _ in range(2))
+  ctx = mp.get_context("fork")
+  t = time.perf_counter()
+  procs = [ctx.Process(target=_spin, args=(n,)) for _ in range(2)]
+  for p in procs:
+    p.start()
+  for p in procs:
+    p.join()
+  return float(2.0 * one / (time.perf_counter() - t))
+
+
+def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "auto",
                 tolerance: float | None = None) -> dict:
   import warnings
 
@@ -239,7 +267,7 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
 
   from . import bench_sysid as bs
 
-  prob = bs.Problem(ntraj, steps)
+  prob = bs.Problem(ntraj, steps, ("armature",))
   guess, recs, names, weights, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
   settings = None if tolerance is None else SolverSettings(tolerance=tolerance)
   kw = dict(bounds=bounds, weights=weights, normalize=False, maxiter=iters, device="cpu", jacobian=jacobian,
@@ -261,7 +289,8 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
 
   call = {"local": lambda: bs.run_diffsim(prob, iters, "cpu", jacobian, settings), "1": on_cluster(1),
           "all": on_cluster(None),
-          "sysid": lambda: bs.run_mujoco_sysid(prob, iters)}
+          "sysid": lambda: bs.run_mujoco_sysid(prob, iters),
+          "sysid_1core": lambda: bs._pinned_call(1, bs.run_mujoco_sysid, prob, iters)}
   first, results = {}, {}
   cluster.map = logged
   try:
@@ -275,7 +304,9 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
     del calls[:]
     results["all"] = call["all"]()  # a warm call: what crosses per iteration once the workers hold the problem
     warm_calls = list(calls)
+    capacity = [parallel_capacity()]
     times = _rounds(call, repeats)
+    capacity.append(parallel_capacity())
   finally:
     del cluster.map  # back to the class's method
   lin = [t for what, t in warm_calls if what.startswith("sysid linearize")]
@@ -288,6 +319,12 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
     "sysid_s": float(np.median(times["sysid"])),
     "speedup_vs_sysid": float(np.median(np.array(times["sysid"]) / np.array(times["all"]))),
     "speedup_vs_sysid_1": float(np.median(np.array(times["sysid"]) / np.array(times["1"]))),
+    "sysid_1core_s": float(np.median(times["sysid_1core"])),
+    "speedup_1_vs_sysid_1core": float(np.median(np.array(times["sysid_1core"]) / np.array(times["1"]))),
+    "params": "armature", "sim_worlds": int(res.sim_worlds), "z": float(np.max(np.abs(res.theta - prob.truth)
+                                                                                / res.theta_std)),
+    "success": bool(res.success),
+    "parallel_capacity": capacity,  # CPUs two busy processes got, before and after the rounds
     "sysid_nit": results["sysid"]["nit"], "sysid_err": prob.rel_error(theta(results["sysid"])),
     "err": prob.rel_error(res.theta), "err_1": prob.rel_error(one.theta),
     "err_local": prob.rel_error(theta(results["local"])),
@@ -322,7 +359,13 @@ def table(rows: list[dict]) -> str:
       job += f" (iLQR, {r['nit']} it, success {100 * r['success_rate']:.0f}%)"
     if job == "sysid":
       job += (f" (LM {r['jacobian']}, {r['nit']} it; mujoco.sysid {r['sysid_s']:.2f} s: {r['speedup_vs_sysid']:.2f}x "
-              f"with {r['workers']} workers, {r['speedup_vs_sysid_1']:.2f}x with 1)")
+              f"with {r['workers']} workers, {r['speedup_vs_sysid_1']:.2f}x with 1")
+      if "sysid_1core_s" in r:
+        job += (f"; mujoco.sysid on 1 core {r['sysid_1core_s']:.2f} s: {r['speedup_1_vs_sysid_1core']:.2f}x with 1 "
+                f"worker; max rel. error {r['err']:.1e}, diffsim {r['sim_worlds']} worlds")
+      if "parallel_capacity" in r:
+        job += f"; CPUs free for 2 processes: {', '.join(f'{c:.1f}' for c in r['parallel_capacity'])} before, after"
+      job += ")"
     # the first call's extra time over a warm one: build, kernel load, graph capture
     warm = {"1": r["one_worker_s"], "all": r["all_workers_s"]}
     first = ", ".join(f"{max(r['first_s'][k] - warm[k], 0.0):.1f}" for k in ("1", "all"))
@@ -347,7 +390,7 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--iters", type=int, default=10, help="iLQR iterations of the trajopt job")
   parser.add_argument("--sysid-iters", type=int, default=30, help="most LM iterations of the sysid job")
-  parser.add_argument("--sysid-jacobian", default="directional", choices=["auto", "forward", "directional"])
+  parser.add_argument("--sysid-jacobian", default="auto", choices=["auto", "forward", "directional"])
   parser.add_argument("--sysid-tolerance", type=float, default=None,
                       help="the sysid job's solver tolerance (default: SolverSettings'); results go to a "
                            "_tol<value> file")

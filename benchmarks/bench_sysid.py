@@ -7,6 +7,10 @@ contacts). Two cases:
     the 5 armatures and the 5 dampings (`--params`); both tools start from the true values times
     1.3 (`--scale`) within the bounds [guess / 10, guess * 10]; every trajectory stays well inside
     the joint limits.
+  - smooth armatures (`--armature-ntraj`, default 64 trajectories of `--armature-steps` 500 = 1 s;
+    issue 27's bar): the 5 armatures alone, from the truth times 1.3 within [guess / 10, guess * 10],
+    every trajectory clear of the limits; `mujoco.sysid` on all cores and pinned to one, diffsim's
+    default.
   - at the limits (`--limits-ntraj`, default 32 trajectories of `--limits-steps` 500 = 1 s; issue
     16): every fourth trajectory is driven onto a joint limit (its excitation 4-10 times stronger,
     redrawn until a joint reaches it), the others stay clear; the unknowns are the 5 armatures,
@@ -26,12 +30,15 @@ pooled (identical for 1 trajectory; on noise-free data the minimum is the truth 
     defaults (Levenberg-Marquardt with forward finite-difference Jacobians: one `mujoco.rollout`
     per parameter and trajectory per iteration, float64, spread over all CPU threads).
   - diffsim (default): `diffsim.sysid.identify(..., method="lm")`, defaults otherwise
-    (Levenberg-Marquardt on MJWarp in float32, `jacobian="auto"`: per-step forward-difference
-    Jacobians over the state and the parameters in `1 + 2 nv + nparam` lanes per world, plus `nv`
-    guard lanes in a model with limits (controls are data: no lanes), propagated forward to the
-    residual Jacobian: one linearized rollout per iteration, replayed from captured graphs; where
-    the trajectories cross constraint switches, the directional Jacobian's step when it lowers the
-    cost, see `diffsim/sysid/lm.py`).
+    (Levenberg-Marquardt on MJWarp in float32, `jacobian="auto"`: while the nominal trajectories
+    meet no constraint row, the directional Jacobian below (`1 + nparam` lanes per world); else
+    per-step forward-difference Jacobians over the state and the parameters in `1 + 2 nv + nparam`
+    lanes per world, plus `nv` guard lanes in a model with limits (controls are data: no lanes),
+    propagated forward to the residual Jacobian: one linearized rollout per iteration, replayed
+    from captured graphs; where the trajectories cross constraint switches, the directional
+    Jacobian's step when it lowers the cost, see `diffsim/sysid/lm.py`). Every diffsim run is
+    pinned to one CPU (Warp runs each CPU kernel on one thread; the pinning keeps numpy's on it
+    too), so "diffsim vs `mujoco.sysid, 1 core`" compares one core with one core.
   - diffsim forward (at the limits only; on smooth data it is the default's run): `jacobian="forward"`.
   - diffsim directional: `jacobian="directional"` (forward mode: `1 + nparam` lanes per world, each
     moving the state along its parameter's tangent).
@@ -49,18 +56,20 @@ the model in this process; cached in `~/.cache/warp` across processes, so "compi
 module loading) is measured apart, on a tiny identification run twice before the cases: first
 time minus second time.
 
-Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--limits-ntraj 32] [--repeats 3]`.
+Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--armature-ntraj 64] [--limits-ntraj 32]
+[--repeats 3]`.
 Prints a Markdown table (one line per case and tool) and writes `benchmarks/results/sysid_<device>.json`
-after every case. `--quick`: 1 and 2 trajectories of 40 steps and 4 of 200 at the limits, at most 5
-iterations (a check that it runs, well under a minute warm).
+after every case. `--quick`: 1 and 2 trajectories of 40 steps (2 of 40 for the armatures alone) and
+4 of 200 at the limits, at most 5 iterations (a check that it runs, well under a minute warm).
 
 The measured figures are in `benchmarks/results/cpu.md` (sysid section, from `benchmarks/results/cpu.json`;
-the README's sysid row is generated from the same run). Why diffsim is slower on the CPU at the default
-Jacobian: Warp runs each CPU kernel on one thread, and MJWarp's per-world throughput on one thread is
-below MuJoCo C's on two (`mujoco.sysid`'s rollouts run on all threads: the `mujoco.sysid, 1 core` line
-pins it to one CPU, as diffsim is); diffsim simulates `1 + 2 nv + nparam` (+ `nv` guard) worlds per
-trajectory for the default Jacobian and `1 + nparam` for the directional one, against `mujoco.sysid`'s
-`1 + nparam` rollouts per evaluation, but needs fewer evaluations. Two Warp CPU graphs replayed from two
+the README's sysid row is generated from the same run). Where diffsim is slower on the CPU: Warp runs
+each CPU kernel on one thread, and an MJWarp world-step of this arm costs about what a MuJoCo C step
+does on one thread (~7 us), while `mujoco.sysid`'s rollouts run on all threads (the `mujoco.sysid, 1
+core` line pins it to one CPU, as diffsim is); diffsim simulates `1 + nparam` worlds per trajectory for
+the directional Jacobian (the default on smooth data), as `mujoco.sysid` runs `1 + nparam` rollouts per
+Jacobian, but `1 + 2 nv + nparam` (+ `nv` guard) for the forward one (the default where the trajectories
+meet constraint rows, as at the limits), and needs more iterations there. Two Warp CPU graphs replayed from two
 Python threads at once abort in Warp's tile arena (not thread-safe): `diffsim.distributed` gives the
 other cores to other processes (`bench_distributed.py`). The targets are meant for a GPU, where the
 lanes of all worlds of a step run in parallel; run this file with `--device cuda:0` there
@@ -314,7 +323,8 @@ def run_diffsim(prob: Problem, iters: int, device, jacobian: str = "auto", solve
                          solver_settings=solver_settings)
   wall = time.perf_counter() - t0
   return {"wall": wall, "theta": res.theta, "nit": res.nit, "nfev": res.nfev, "message": res.message,
-          "fun": res.fun, "sim_worlds": res.sim_worlds, "success": res.success, "std": res.theta_std}
+          "fun": res.fun, "sim_worlds": res.sim_worlds, "success": res.success, "std": res.theta_std,
+          "jacobian": res.jacobian}
 
 
 def compile_time(kinds, device) -> float:
@@ -331,7 +341,7 @@ JACOBIANS = {"diffsim": "auto", "forward": "forward", "directional": "directiona
 
 
 def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: int, budget: float, seed: int = 0,
-               scale: float = 1.3, limits: bool = False, pin_sysid: bool = True) -> dict:
+               scale: float = 1.3, limits: bool = False, pin_sysid: bool = True, tools=None) -> dict:
   """`mujoco.sysid` and diffsim's Jacobians on one problem; see the module docstring for the fields.
 
   Args:
@@ -340,7 +350,8 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     device: diffsim's Warp device.
     repeats: timed runs per tool at most (alternating tools).
     budget: seconds per tool after which no further repeat starts.
-    pin_sysid: `mujoco.sysid` pinned to one CPU too (`sysid_1core_*`), as diffsim's Warp is.
+    pin_sysid: `mujoco.sysid` pinned to one CPU too (`sysid_1core_*`), as diffsim is.
+    tools: diffsim's Jacobians to run (names of `JACOBIANS`); default: see below.
 
   Returns:
     One row: times, iterations, rollouts, errors, final costs and (diffsim) convergence and the
@@ -352,9 +363,10 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
   fns = {"sysid": lambda: run_mujoco_sysid(prob, iters)}
   if pin_sysid:
     fns["sysid_1core"] = lambda: _pinned_call(1, run_mujoco_sysid, prob, iters)
-  for tool, jac in JACOBIANS.items():
-    if limits or tool != "forward":
-      fns[tool] = lambda jac=jac: run_diffsim(prob, iters, device, jacobian=jac)
+  if tools is None:
+    tools = [t for t in JACOBIANS if limits or t != "forward"]
+  for tool in tools:
+    fns[tool] = lambda jac=JACOBIANS[tool]: _pinned_call(1, run_diffsim, prob, iters, device, jac)
   runs = {tool: [] for tool in fns}
   spent = {tool: 0.0 for tool in fns}
   for rep in range(max(repeats, 1)):
@@ -364,6 +376,7 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
         runs[tool].append(out)
         spent[tool] += out["wall"]
   row = {"model": "arm5", "ntraj": ntraj, "steps": steps, "nparam": prob.truth.size, "params": "+".join(kinds),
+         "case": "limits" if limits else "smooth" if len(kinds) > 1 else "armature",
          "device": str(wp.get_device(device)), "iters_max": iters, "scale": scale, "limits": limits,
          "guess": [float(v) for v in prob.guess], "at_limit": prob.at_limit,
          "sysid_nthread": len(cpus())}
@@ -380,6 +393,7 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
     if not tool.startswith("sysid"):
       # MJWarp worlds of a linearized rollout (trajectories x perturbation lanes), as identify reports it
       row[f"{tool}_worlds"] = int(last["sim_worlds"])
+      row[f"{tool}_jacobian"] = str(last["jacobian"])  # the one LM used last
       row[f"{tool}_success"] = bool(last["success"])
       # how far the truth lies outside the reported error bars (<= 3: honest)
       row[f"{tool}_z"] = float(np.max(np.abs(np.asarray(last["theta"]) - prob.truth) / np.asarray(last["std"])))
@@ -402,7 +416,7 @@ def table(rows: list[dict]) -> str:
     if r.get("limits"):
       problem = f"{sum(1 for a in r['at_limit'] if a)} of {r['ntraj']} at limits, from {r['guess'][0]:g}"
     else:
-      problem = f"smooth, from truth x {r.get('scale', 1.3):g}"
+      problem = f"smooth{', armatures' if r.get('case') == 'armature' else ''}, from truth x {r.get('scale', 1.3):g}"
     for tool, label in names.items():
       if f"{tool}_s" not in r:
         continue
@@ -433,6 +447,10 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--budget", type=float, default=120.0,
                       help="no further repeats of a tool once it has spent this many seconds on a case")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--armature-ntraj", nargs="*", type=int, default=[64],
+                      help="trajectory counts of the smooth case with the 5 armatures alone (issue 27's bar: "
+                           "mujoco.sysid on all cores and on one, diffsim's default); none: skip it")
+  parser.add_argument("--armature-steps", type=int, default=500, help="simulation steps per trajectory there")
   parser.add_argument("--limits-ntraj", nargs="*", type=int, default=[32],
                       help="trajectory counts of the case at the joint limits (issue 16: every fourth trajectory "
                            "driven onto a limit, armatures from 0.01); none: skip it")
@@ -453,14 +471,16 @@ def main(argv=None) -> list[dict]:
   if args.quick:
     args.ntraj, args.steps, args.iters, args.repeats = [1, 2], 40, 5, 1
     args.limits_ntraj, args.limits_steps, args.limits_iters = [4], 200, 5
+    args.armature_ntraj, args.armature_steps = [2], 40
   kinds = PARAM_SETS[args.params]
   compile_s = compile_time(kinds, args.device)
   rows = []
-  cases = [(n, args.steps, kinds, args.iters, False) for n in args.ntraj] + \
-          [(n, args.limits_steps, ("armature",), args.limits_iters, True) for n in args.limits_ntraj]
-  for n, steps, knd, iters, limits in cases:
+  cases = [(n, args.steps, kinds, args.iters, False, None) for n in args.ntraj] + \
+          [(n, args.armature_steps, ("armature",), args.iters, False, ["diffsim"]) for n in args.armature_ntraj] + \
+          [(n, args.limits_steps, ("armature",), args.limits_iters, True, None) for n in args.limits_ntraj]
+  for n, steps, knd, iters, limits, tools in cases:
     row = bench_case(n, steps, kinds=knd, iters=iters, device=args.device, repeats=args.repeats,
-                     budget=args.budget, seed=args.seed, scale=args.scale, limits=limits)
+                     budget=args.budget, seed=args.seed, scale=args.scale, limits=limits, tools=tools)
     row["diffsim_compile_s"] = compile_s
     rows.append(row)
     print("\n".join(ln for ln in table(rows[-1:]).splitlines()[2:] if ln.startswith("|")), file=sys.stderr,

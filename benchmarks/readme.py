@@ -306,7 +306,8 @@ def _trajopt_rows(rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
-  smooth = sorted([r for r in rows if not r["limits"]], key=lambda r: r["ntraj"])
+  smooth = sorted([r for r in rows if not r["limits"] and r.get("case") != "armature"], key=lambda r: r["ntraj"])
+  arm = [r for r in rows if r.get("case") == "armature"]
   lim = [r for r in rows if r["limits"]]
   s = lambda x: f"{_g(x)} s"
   a, z = smooth[0], smooth[-1]
@@ -314,12 +315,21 @@ def _sysid_row(rows: list[dict], argv: list[str]) -> tuple[str, str]:
          f"{_span([r[k] for r in smooth for k in ('diffsim_err', 'directional_err')], sci)} "
          f"(truth within {_f(max(r[k] for r in smooth for k in ('diffsim_z', 'directional_z')), 1)} std), "
          f"`mujoco.sysid` {sci(max(r['sysid_err'] for r in smooth), 0)}; "
-         f"{a['ntraj']} trajectory: diffsim {s(a['diffsim_s'])}, `jacobian=\"directional\"` ({a['directional_worlds']} "
-         f"lanes instead of {a['diffsim_worlds']}) {s(a['directional_s'])}, `mujoco.sysid` {s(a['sysid_s'])}; "
+         f"{a['ntraj']} trajectory: diffsim's default {s(a['diffsim_s'])} ({a.get('diffsim_jacobian', 'forward')} "
+         f"Jacobian, {a['diffsim_worlds']} lanes), `jacobian=\"directional\"` ({a['directional_worlds']} lanes) "
+         f"{s(a['directional_s'])}, `mujoco.sysid` {s(a['sysid_s'])}; "
          f"{z['ntraj']} trajectories: {s(z['diffsim_s'])}, {s(z['directional_s'])} and {s(z['sysid_s'])}")
   if "sysid_1core_s" in z:
     txt += (f" (`mujoco.sysid` on all {z['sysid_nthread']} cores; pinned to one, as Warp is: "
             f"{s(a['sysid_1core_s'])} and {s(z['sysid_1core_s'])})")
+  if arm:
+    r = arm[0]
+    txt += (f". The {r['nparam']} armatures alone ({r['ntraj']} smooth trajectories of {r['steps']} steps, issue 27): "
+            f"diffsim's default {s(r['diffsim_s'])} ({r['diffsim_worlds'] // r['ntraj']} lanes per trajectory, "
+            f"{r['diffsim_nit']} iterations, error {sci(r['diffsim_err'])}, truth within {_f(r['diffsim_z'], 2)} std), "
+            f"`mujoco.sysid` {s(r['sysid_s'])} on all {r['sysid_nthread']} cores "
+            f"({_f(r['diffsim_speedup'], 2)}x diffsim's time) and {s(r['sysid_1core_s'])} pinned to one, as diffsim "
+            f"is ({_f(r['diffsim_speedup_1core'], 2)}x)")
   if lim:
     r = lim[0]
     conv = lambda k: "converged" if r[f"{k}_success"] else "not converged"

@@ -110,7 +110,8 @@ def _add_sysid(sub) -> None:
   p.add_argument("--jacobian", choices=("auto", "forward", "directional"), default="auto",
                  help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
                       "parameter (faster with few parameters, less precise on constrained models); auto (default): "
-                      "forward, taking directional's step where that lowers the cost further (recordings that reach "
+                      "directional while the trajectories meet no constraint row and converge fast, else forward, "
+                      "taking directional's step where that lowers the cost further (recordings that reach "
                       "joint limits or make contact). Where trajectories cross such switches, each checks the "
                       "other's convergence")
   p.add_argument("--maxiter", type=int, default=30, help="maximum iterations (default 30)")

@@ -1,6 +1,7 @@
 """`benchmarks/bench_sysid.py` at its tiny size: `mujoco.sysid` and diffsim identify the arm's 10
-parameters on smooth data (diffsim's default and directional Jacobians), and its 5 armatures on
-data that reach the joint limits (diffsim's default, forward and directional Jacobians).
+parameters on smooth data (diffsim's default and directional Jacobians), its 5 armatures alone on
+smooth data (diffsim's default), and its 5 armatures on data that reach the joint limits (diffsim's
+default, forward and directional Jacobians).
 
 Speed is never asserted; what is: the JSON is written (and matches the returned rows), every time
 and count is positive and finite, both tools recover the true armatures and dampings from the
@@ -25,26 +26,34 @@ def test_bench_sysid_quick(tmp_path, capsys):
   rows = bench_sysid.main(["--quick", "--device", "cpu", "--nstep", "3", "--repeats", "1", "--out", str(tmp_path)])
   saved = json.loads((tmp_path / "sysid_cpu.json").read_text())
   assert saved["rows"] == rows
-  assert [(r["ntraj"], r["limits"]) for r in rows] == [(1, False), (2, False), (4, True)]
+  assert [(r["ntraj"], r["case"]) for r in rows] == [(1, "smooth"), (2, "smooth"), (2, "armature"), (4, "limits")]
   assert "| problem |" in capsys.readouterr().out
   for r in rows:
-    tools = ["sysid", "diffsim", "directional"] + (["forward"] if r["limits"] else [])
+    tools = ["sysid", "sysid_1core", "diffsim"] + ([] if r["case"] == "armature" else ["directional"]) + \
+      (["forward"] if r["limits"] else [])
     assert ("forward_s" in r) == r["limits"]
     for tool in tools:
       for key in ("s", "nit", "nfev", "err", "fun"):
         assert math.isfinite(r[f"{tool}_{key}"]) and r[f"{tool}_{key}"] >= 0, (tool, key)
       assert r[f"{tool}_s"] > 0 and r[f"{tool}_nit"] > 0 and r[f"{tool}_nfev"] > 0
-      if tool != "sysid":
+      if not tool.startswith("sysid"):
         assert r[f"{tool}_worlds"] > 0 and r[f"{tool}_speedup"] > 0 and r[f"{tool}_z"] >= 0
         assert isinstance(r[f"{tool}_success"], bool)
-    assert r["directional_worlds"] < r["diffsim_worlds"]  # 1 + nparam lanes against 1 + 2 nv + nparam (+ guards)
     assert math.isfinite(r["diffsim_compile_s"]) and r["diffsim_compile_s"] >= 0
+    if r["case"] == "armature":
+      # issue 27's case: smooth, so the default keeps the directional Jacobian's 1 + nparam lanes
+      assert r["nparam"] == 5 and r["steps"] == 40 and r["diffsim_worlds"] == 2 * (1 + 5)
+      assert r["sysid_err"] < 1e-6 and r["diffsim_err"] < 1e-4, (r["sysid_err"], r["diffsim_err"])
+      continue
     if r["limits"]:
       assert r["nparam"] == 5 and r["steps"] == 200 and r["guess"] == [0.01] * 5
       assert [a > 0 for a in r["at_limit"]] == [False, False, False, True], r["at_limit"]
       assert r["forward_worlds"] == r["diffsim_worlds"]  # the default steps forward's lanes
+      assert r["directional_worlds"] < r["diffsim_worlds"]  # 1 + nparam lanes against 1 + 2 nv + nparam + nv guards
       continue
     assert r["nparam"] == 10 and r["steps"] == 40
+    # smooth: the default keeps the directional Jacobian (1 + nparam lanes per trajectory)
+    assert r["diffsim_worlds"] == r["directional_worlds"] == r["ntraj"] * (1 + 10)
     # the initial guess is 30% off; both must land on the truth (noise-free data)
     assert r["sysid_err"] < 1e-6, r["sysid_err"]
     assert r["diffsim_err"] < 1e-4 and r["directional_err"] < 1e-4, (r["diffsim_err"], r["directional_err"])

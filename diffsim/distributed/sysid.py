@@ -10,8 +10,8 @@ graphs; kept between iterations) and, at each iteration, linearizes at the unkno
 broadcasts. Only the small blocks cross:
 
   - sent: per start, the parameters and the shard's own nuisance blocks (`(nstart, nparam + nfree_k nblock)`);
-  - back: `cost`, `Htt`, `gt`, `changes` (summed: the worlds' residuals are disjoint), `Htn`, `Hnn`, `gn`
-    (per free world, concatenated in world order: a shard's worlds are a contiguous run of them), and
+  - back: `cost`, `Htt`, `gt`, `changes`, `constrained` (summed: the worlds' residuals are disjoint), `Htn`,
+    `Hnn`, `gn` (per free world, concatenated in world order: a shard's worlds are a contiguous run of them), and
     the residual autocorrelation's summed products `num` and squares `den`: `rho = sum num / sum den`
     (the ratio of the pooled sums, as one process pools them over all its worlds; averaging the
     shards' `rho` would weight them wrongly).
@@ -47,7 +47,7 @@ class OnCluster:
   workers: int | None = None
 
 
-_SUMMED = ("cost", "Htt", "gt", "changes", "num", "den")
+_SUMMED = ("cost", "Htt", "gt", "changes", "constrained", "num", "den")
 _PER_WORLD = ("Htn", "Hnn", "gn")
 
 
@@ -184,7 +184,8 @@ class ShardedProblem:
     if self.rollout.fd.nlane is None:
       self.rollout.fd.nlane = outs[0]["nlane"]
     return NormalEquations(cost=cost, Htt=got["Htt"], Htn=got["Htn"], Hnn=got["Hnn"], gt=got["gt"], gn=got["gn"],
-                           rho=autocorrelation(got["num"], got["den"]), changes=got["changes"])
+                           rho=autocorrelation(got["num"], got["den"]), changes=got["changes"],
+                           constrained=got["constrained"])
 
   def gradient(self) -> np.ndarray:
     """`Problem.gradient` over the shards: the cost of each start at `buffers.theta`, its gradient
@@ -284,7 +285,8 @@ def _linearize(worker: Worker, spec, recs, nstart: int, x: np.ndarray, jacobian:
   prob = _problem(worker, spec, recs, nstart)
   ne = prob.linearize(x, jacobian=jacobian)
   num, den = prob.autocorrelation
-  return {"cost": ne.cost, "Htt": ne.Htt, "gt": ne.gt, "changes": ne.changes, "num": num, "den": den, "Htn": ne.Htn,
+  return {"cost": ne.cost, "Htt": ne.Htt, "gt": ne.gt, "changes": ne.changes, "constrained": ne.constrained,
+          "num": num, "den": den, "Htn": ne.Htn,
           "Hnn": ne.Hnn, "gn": ne.gn, "nlane": prob.rollout.fd.nlane}
 
 

@@ -71,7 +71,9 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     x0: `{name: value}` initial guess overriding the MJCF value.
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these
       (`xtol` also floors each std: the relative resolution LM claims, see `diffsim.sysid.confidence`).
-    jacobian: `"auto"` (default): `"forward"`, with the step of `"directional"` (forward
+    jacobian: `"auto"` (default): `"directional"` while the nominal trajectories meet no
+      constraint row (a smooth step: the same derivative with `1 + nparam` lanes per world instead
+      of `1 + 2 nv + nparam`), else `"forward"`, with the step of `"directional"` (forward
       differences) taken where that lowers the cost further (trajectories that cross constraint
       switches, see `diffsim.sysid.lm`); `"forward"` (step Jacobians propagated forward) or
       `"directional"` (forward mode: a lane per column of the Jacobian; fewer lanes, less precise)
@@ -208,8 +210,9 @@ def _derivative_paths(prob, vector: ParamVector, method: str, used: str) -> dict
     why = analytic_coverage(prob.mjm, [p.field])
     adjoint = "the analytic adjoint covers it" if why is None else f"the analytic adjoint does not cover {why}"
     if method == "lm" and used != "tape":
-      # LM needs whole step Jacobians, which only the lanes form, whatever the adjoint covers
-      out[p.name] = f"finite-difference lanes (LM's {used} Jacobian from step Jacobians; {adjoint})"
+      # LM needs whole Jacobians, which only the lanes form, whatever the adjoint covers
+      how = "step Jacobians" if used == "forward" else "tangents (forward mode)"
+      out[p.name] = f"finite-difference lanes (LM's {jacobian_name(used, False)} Jacobian from {how}; {adjoint})"
     else:
       # the rollout's choice (`Rollout.gradient`); a sharded problem's workers each make their own
       path = getattr(getattr(prob, "rollout", None), "gradient", None)
@@ -293,7 +296,7 @@ def _assemble(prob: Problem, vector: ParamVector, theta0: np.ndarray, outcome: S
     positive=(vector.lower >= 0.0) if outcome.success[best] else None)
   message = str(outcome.message[best]) + "".join(f"; warning: {m}" for m in msgs)
   # the solver's differentiated rollout: LM's linearization, or the tape's (Adam)
-  sim_ro = prob.forward_mode if method == "lm" and jacobian == "directional" else prob.rollout
+  sim_ro = prob.forward_mode if method == "lm" and used == "directional" else prob.rollout
   qpos0, qvel0 = prob.unknowns.initial_state(xs[best])
   first = [g for g, sg in enumerate(prob.worlds.segs) if sg.row0 == 0]  # each recording's first world
   return SysIdResult(

@@ -10,6 +10,13 @@ accepted step lowers the cost by less than `ftol`, or when three ever shorter st
 lower it. Each says that the linearized model has nothing left to give, which is a minimum only
 where that model is right.
 
+The Jacobian: `"auto"` (the default) starts with the directional one (forward mode: `1 + ncol` lanes
+per world, against `1 + nx + nlayout` for the step Jacobians), the derivative of a smooth step map
+while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
+do, or once its steps converge linearly (its error, first order in the parameter step, is that of a
+difference over the whole trajectory; see `_leave_directional`, `_refine_directional`). Issue 27:
+on 64 smooth recordings of bench_sysid's arm, 6 lanes per recording instead of 21.
+
 Where the nominal trajectories cross constraint switches (`Problem.linearize`: a limit or contact
 engaging or releasing), the step map jumps (a limit's force starts at a finite value, from its
 damping) and the two Jacobians are wrong in different ways: "forward" forms each step's Jacobian
@@ -43,6 +50,8 @@ from .normal import NormalEquations
 from .problem import Problem
 from .result import SolverOutcome
 
+# `"auto"`: a step above this fraction of the one before (twice, once small) is linear convergence
+LINEAR_Q = 0.2
 # `report(nit, fun, theta)`: the solver's progress (best cost, its parameters); True stops the solver
 Report = Callable[[int, float, np.ndarray], bool]
 
@@ -94,12 +103,18 @@ class _LevenbergMarquardt:
     self.prob, self.lower, self.upper = prob, lower, upper
     self.maxiter, self.ftol, self.xtol, self.stdtol, self.report = maxiter, ftol, xtol, stdtol, report
     self.auto = jacobian == "auto"
-    self.jac = "forward" if self.auto else jacobian  # the Jacobian in use
+    # "auto" starts with the directional Jacobian (1 + ncol lanes, against 1 + nx + nlayout), exact
+    # while the nominal trajectories meet no constraint row, and turns to "forward" for good at the
+    # first linearization whose trajectories do (`_leave_directional`)
+    self.jac = "directional" if self.auto else jacobian  # the Jacobian in use
     self.central = prob.rollout.fd.central
     nstart = x0.shape[0]
     self.nparam, self.nunknown = prob.nparam, x0.shape[1]
     self.x = x0.copy()
+    self.stopped = np.zeros(nstart, bool)
+    self.linear = np.zeros(nstart, int)  # accepted steps in a row that shrank slowly (linear convergence)
     self.ne = prob.linearize(self.x, jacobian=self.jac)
+    self._leave_directional()
     self.f = self.ne.cost.copy()
     if not np.isfinite(self.f).any():
       raise FloatingPointError("every initial guess diverges (NaN/Inf state): check the model, the data, or the "
@@ -107,7 +122,6 @@ class _LevenbergMarquardt:
     self.initial_signals = prob.samples(0)
     self.damping = np.full(nstart, 1e-3)
     self.damping_growth = np.full(nstart, 2.0)  # the factor of the next rejected step
-    self.stopped = np.zeros(nstart, bool)
     self.success = np.zeros(nstart, bool)
     self.reason = np.array(["maximum number of iterations reached"] * nstart, dtype=object)
     self.why = np.array([None] * nstart, dtype=object)  # the stopping test that fired, before the convergence test
@@ -139,6 +153,49 @@ class _LevenbergMarquardt:
     return SolverOutcome(x=self.x, fun=self.f, history=self.hist, nit=self.nit, success=self.success,
                          message=self.reason, initial_signals=self.initial_signals, normal=self.ne,
                          jacobian=self.jac, jacobian_std=self.jac_std, interrupted=self.interrupted)
+
+  def _leave_directional(self) -> None:
+    """`"auto"` on the directional Jacobian: turns to `"forward"` (and relinearizes at `x`) once the
+    nominal trajectories of a running start meet constraint rows, or once its steps converge
+    linearly. A directional lane moves the state by the parameter's step times the tangent, a
+    perturbation not chosen for the state, which crosses the constraints' kinks and jumps; without
+    constraint rows the step is smooth and the two Jacobians are the same derivative
+    (`tests/test_sysid.py` checks both against float64 MuJoCo), but the directional one is a forward
+    difference of the whole trajectory (relative parameter step `eps["param"]`), whose error, first
+    order in the step, grows with the trajectory's curvature in the parameters: where that is large
+    (a pendulum swinging wide) LM converges linearly with it (two small accepted steps in a row each
+    above `LINEAR_Q` of the one before), where the step Jacobians, differenced one step at a time,
+    converge fast."""
+    if not self.auto or self.jac != "directional":
+      return
+    constrained = self.ne.constrained if self.ne.constrained is not None else self.ne.changes
+    live = ~self.stopped
+    if not (constrained[live] > 0).any() and not (self.linear[live] >= 2).any():
+      return
+    self.jac = "forward"
+    self.ne = self.prob.linearize(self.x, jacobian=self.jac)
+    if hasattr(self, "f"):
+      self.f = self.ne.cost.copy()
+
+  def _refine_directional(self) -> None:
+    """`"auto"` on the directional Jacobian: where a start's steps stopped lowering the cost before
+    they fell within the tolerances (three rejected in a row), turns to `"forward"` and goes on.
+    The directional Jacobian is a forward difference of the whole trajectory (relative parameter step
+    `eps["param"]`): its error, first order in the step, grows with the trajectory's curvature in the
+    parameters and makes LM converge linearly, to a floor above float32's where the trajectory is
+    strongly nonlinear in them (a pendulum swinging wide); the step Jacobians difference one step
+    at a time."""
+    if not self.auto or self.jac != "directional":
+      return
+    stuck = ~self.stopped & (self.why == "rejected")
+    if not stuck.any():
+      return
+    self.jac = "forward"
+    self.ne = self.prob.linearize(self.x, jacobian=self.jac)
+    self.f = self.ne.cost.copy()
+    self.why[stuck], self.said[stuck], self.rejected[stuck] = None, "", 0
+    self.damping[stuck] = np.minimum(self.damping[stuck], 1e-3)
+    self.damping_growth[stuck] = 2.0
 
   # -- one step ---------------------------------------------------------------------------------------
 
@@ -201,13 +258,19 @@ class _LevenbergMarquardt:
         self._accept(s, trial[s], trial_lin)
       else:
         self._reject(s)
+    self._leave_directional()
     return self._log()
 
   def _accept(self, s: int, trial: np.ndarray, trial_lin: NormalEquations) -> None:
     f, ft = self.f, trial_lin.cost[s]
     rho = (f[s] - ft) / max(self.pred[s], 1e-300)
     rel = (f[s] - ft) / max(f[s], 1e-300)
-    self.last[s] = self._rel_step(trial - self.x[s], s)
+    rel_step = self._rel_step(trial - self.x[s], s)
+    # steps that shrink by less than LINEAR_Q per iteration, once small: linear convergence (see
+    # `_leave_directional`)
+    slow = self.last[s] > 0 and rel_step < 1e-2 and rel_step > LINEAR_Q * self.last[s]
+    self.linear[s] = self.linear[s] + 1 if slow else 0
+    self.last[s] = rel_step
     self.x[s], f[s] = trial, ft
     self.ne.take(s, trial_lin)
     self.damping[s] *= max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
@@ -265,6 +328,7 @@ class _LevenbergMarquardt:
 
   def _convergence_test(self) -> bool:
     """The convergence test of the starts a stopping test stopped; True when the callback asks to stop."""
+    self._refine_directional()
     pending = [s for s in np.nonzero(~self.stopped & (self.why != None))[0]]  # noqa: E711
     ask = [s for s in pending if self.ne.changes[s] > 0 and self.why[s] != "zero"]
     for s in pending:

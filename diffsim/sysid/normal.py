@@ -34,11 +34,13 @@ class NormalEquations:
   gn: np.ndarray  # (nstart, nfree, nblock)
   rho: np.ndarray  # (nstart,) lag-1 autocorrelation of the residuals along time (see `confidence.data_std`)
   changes: np.ndarray  # (nstart,) constraint-set changes along the nominal trajectories (see `Problem.linearize`)
+  constrained: np.ndarray | None = None  # (nstart,) steps with constraint rows along them, worlds summed
 
   def take(self, s: int, other: NormalEquations) -> None:
     """Copies start `s` of `other` into this one."""
-    for f in ("cost", "Htt", "Htn", "Hnn", "gt", "gn", "rho", "changes"):
-      getattr(self, f)[s] = getattr(other, f)[s]
+    for f in ("cost", "Htt", "Htn", "Hnn", "gt", "gn", "rho", "changes", "constrained"):
+      if getattr(self, f) is not None:
+        getattr(self, f)[s] = getattr(other, f)[s]
 
   def g(self, s: int) -> np.ndarray:
     """`(nunknown,)` gradient `J^T r` of start `s`."""

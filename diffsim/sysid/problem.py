@@ -69,8 +69,8 @@ class Buffers:
     theta, theta_grad: `(nstart, nparam)` identified values, and the cost's gradient (Adam).
     cost: `(nstart,)` the cost of each start (Adam's tape).
     changes: `(nworld,)` int, constraint-set changes along the nominal trajectory of the last
-      linearized rollout; last_signature: `(nworld,)` int, the previous step's (see
-      `residuals.constraint_changes`).
+      linearized rollout; constrained: `(nworld,)` int, its steps with constraint rows;
+      last_signature: `(nworld,)` int, the previous step's (see `residuals.constraint_changes`).
   """
 
   def __init__(self, scene: Scene, worlds: Worlds, unknowns: Unknowns, param_column: np.ndarray, nstart: int,
@@ -111,6 +111,7 @@ class Buffers:
     self.theta = wp.zeros((nstart, unknowns.nparam), dtype=float, device=dev)
     self.theta_grad = wp.zeros((nstart, unknowns.nparam), dtype=float, device=dev)
     self.changes = wp.zeros(nworld, dtype=int, device=dev)
+    self.constrained = wp.zeros(nworld, dtype=int, device=dev)
     self.last_signature = wp.zeros(nworld, dtype=int, device=dev)
 
 
@@ -217,6 +218,7 @@ class Problem:
       wp.copy(b.tangents[0], b.tangent0)
       b.residual_jac.zero_()
       b.changes.zero_()
+      b.constrained.zero_()
 
     def finish():
       self.trajectory = traj
@@ -239,7 +241,8 @@ class Problem:
   def _count_changes(self, rollout: Rollout, k0: int, count: wp.array) -> None:
     d = rollout.fd.data  # the lane worlds' MJWarp Data, nominal lane first
     wp.launch(kernels.constraint_changes, dim=self.nworld, device=self.scene.device,
-              inputs=[k0, count, d.nefc, d.efc.type], outputs=[self.buffers.last_signature, self.buffers.changes])
+              inputs=[k0, count, d.nefc, d.efc.type],
+              outputs=[self.buffers.last_signature, self.buffers.changes, self.buffers.constrained])
 
   @property
   def forward_mode(self) -> Rollout:
@@ -274,7 +277,11 @@ class Problem:
                 inputs=[self.scene.nv, b.sample_step, state_tangent, sensor_tangent, b.weight],
                 outputs=[b.residual_jac])
 
-    return [(b.changes.zero_, 1)] + stages + [(finish, 1)]
+    def start():
+      b.changes.zero_()
+      b.constrained.zero_()
+
+    return [(start, 1)] + stages + [(finish, 1)]
 
   def _replay(self, ro: Rollout, replay: Replay) -> None:
     self.nrollout += 1
@@ -308,7 +315,7 @@ class Problem:
     self.last_x = np.array(x, dtype=np.float64, copy=True)
     if jacobian == "tape":
       res, res_jac = self.tape_jacobian()
-      changes = np.zeros(self.nworld, np.int64)
+      changes = constrained = np.zeros(self.nworld, np.int64)
     else:
       if jacobian in ("directional", "directional-fd"):
         self._replay(*self._forward_mode(self.rollout.fd.central and jacobian == "directional"))
@@ -317,11 +324,13 @@ class Problem:
       res = self.buffers.residual.numpy().astype(np.float64)
       res_jac = self.buffers.residual_jac.numpy().astype(np.float64)
       changes = self.buffers.changes.numpy().astype(np.int64)
-    return self._normal_equations(res, res_jac, changes)
+      constrained = self.buffers.constrained.numpy().astype(np.int64)
+    return self._normal_equations(res, res_jac, changes, constrained)
 
-  def _normal_equations(self, res: np.ndarray, res_jac: np.ndarray, changes: np.ndarray) -> NormalEquations:
-    """`NormalEquations` from the residuals `(nworld, nsample, nsignal)`, their Jacobian (`(..., ncol)`)
-    and the constraint changes `(nworld,)`."""
+  def _normal_equations(self, res: np.ndarray, res_jac: np.ndarray, changes: np.ndarray,
+                        constrained: np.ndarray) -> NormalEquations:
+    """`NormalEquations` from the residuals `(nworld, nsample, nsignal)`, their Jacobian (`(..., ncol)`),
+    the constraint changes and the steps with constraint rows `(nworld,)`."""
     cost = self._costs(res)
     nparam, nblock, nstart, nseg = self.nparam, self.unknowns.nblock, self.nstart, self.worlds.nseg
     nlayout = self.layout.nparam
@@ -333,6 +342,7 @@ class Problem:
     self.autocorrelation = num, den
     rho = autocorrelation(num, den)
     changes = changes.reshape(nstart, nseg).sum(axis=1)
+    constrained = constrained.reshape(nstart, nseg).sum(axis=1)
     jac = res_jac.reshape(self.nworld, -1, self.ncol)
     if nparam < nlayout:  # chain rule: an identified coordinate moves every dof it stands for
       tie = np.zeros((nlayout, nparam))
@@ -353,7 +363,7 @@ class Problem:
       Hnn=hw[free, nparam:, nparam:].reshape(nstart, nfree, nblock, nblock),
       gt=gw[:, :nparam].reshape(nstart, nseg, nparam).sum(axis=1),
       gn=gw[free, nparam:].reshape(nstart, nfree, nblock),
-      rho=rho, changes=changes)
+      rho=rho, changes=changes, constrained=constrained)
 
   def _costs(self, res: np.ndarray) -> np.ndarray:
     r = res.reshape(self.nstart, -1)

@@ -114,6 +114,7 @@ def constraint_changes(
   # Out:
   last_out: wp.array[int],  # (nworld,) hash of the nominal rows of the previous step
   changes_out: wp.array[int],  # (nworld,) steps whose nominal constraint rows differ from the previous step's
+  rows_out: wp.array[int],  # (nworld,) steps with constraint rows along the nominal trajectory
 ):
   # a limit or contact row appearing or vanishing along the nominal trajectory, where the step map
   # jumps (see `Problem.linearize`); a row changing regime (a frictionloss or friction row between
@@ -126,6 +127,8 @@ def constraint_changes(
   sig = int(h)
   if k0 + count[0] > 0 and sig != last_out[w]:
     changes_out[w] += 1
+  if n > 0:
+    rows_out[w] += 1
   last_out[w] = sig
 
 
