@@ -200,9 +200,13 @@ def table(rows: list[dict]) -> str:
       f"{f(r['lanes_over_fwd'], '.1f')} ({r['nlane']}) | {f(r['analytic_vs_lanes_rel_diff'], '.1e')} | "
       f"{mjx(r, 'analytic_over_mjx', '.2f')} | {mjx(r, 'mjx_grad_over_fwd', '.1f')} | "
       f"{r['bytes_per_world_step_analytic']}, {r['bytes_per_world_step_lanes']} |")
-  skipped = [f"{r['model']} at {r['nworld']:,} worlds: {r['mjx_skipped']}" for r in rows if r.get("mjx_skipped")]
+  skipped = {}  # (model, why): world counts
+  for r in rows:
+    if r.get("mjx_skipped"):
+      skipped.setdefault((r["model"], r["mjx_skipped"]), []).append(f"{r['nworld']:,}")
   if skipped:
-    lines += ["", "MJX skipped: " + "; ".join(skipped) + "."]
+    lines += ["", "MJX skipped: " + "; ".join(f"{m} at {', '.join(n)} world(s): {why}"
+                                              for (m, why), n in skipped.items()) + "."]
   return "\n".join(lines)
 
 

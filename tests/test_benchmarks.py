@@ -59,7 +59,7 @@ def test_bench_adjoint_runs_tiny(tmp_path):
                              "--repeats", "1", "--mjx", "--mjx-max-worlds", "1", "--out", str(tmp_path)])
   (r,) = rows
   assert r["mjx_skipped"] == "2 worlds > --mjx-max-worlds 1" and "mjx_grad_s" not in r  # MJX not even imported
-  assert "MJX skipped: cartpole at 2 worlds" in (tmp_path / "adjoint_cpu.md").read_text()
+  assert "MJX skipped: cartpole at 2 world(s)" in (tmp_path / "adjoint_cpu.md").read_text()
   assert r["analytic_vs_lanes_rel_diff"] < 1e-4
   assert r["mjwarp_worlds_lanes"] == r["nlane"] * 2 and r["mjwarp_worlds_analytic"] == 2
   assert r["bytes_per_world_step_analytic"] * 10 < r["bytes_per_world_step_lanes"]
