@@ -24,8 +24,11 @@ floats; the lanes: the step Jacobians, `(nx + ns) nz` floats) beside the MJWarp 
 (1 and `nlane` per world).
 
 Run: `python -m benchmarks.bench_adjoint [--device cpu] [--models ...] [--sizes 1 64 1024] [--nstep 50]
-[--repeats 3] [--mjx]`. Writes `benchmarks/results/adjoint_<device>.json` after every row and prints a
-Markdown table.
+[--repeats 3] [--mjx] [--mjx-max-worlds N] [--merge]`. Writes `benchmarks/results/adjoint_<device>.json`
+after every row (with `--merge`, into the rows already there, replacing those of the same model and size)
+and its table as `adjoint_<device>.md`, and prints the table. Where MJX cannot run a model (it cannot put
+or differentiate it) or a size is above `--mjx-max-worlds` (MJX through contacts on a small CPU), the row
+says why in `mjx_skipped` and the table under it.
 
 On a GPU the lanes run in parallel inside one graph, so their cost relative to the forward pass
 falls towards `nlane` times the per-world work at full occupancy, while the analytic backward is a
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 
 import mujoco
@@ -49,7 +53,7 @@ import warp as wp
 import diffsim
 
 from .bench_rollout import _alternate, _graph, _wall, controls, gradient_fn, lane_count
-from .save import write_json
+from .save import write_json, write_text
 
 
 def _no_contacts(path: str) -> mujoco.MjModel:
@@ -93,8 +97,38 @@ MODELS = {
 }
 
 
+# models MJX is not tried on by default (`--mjx-skip-models`), and why
+MJX_SKIP = {
+  "so101_pick_scene": "MJX did not finish the pick scene within 15 min at 1 world and 5 steps on the 2-core CPU: "
+                      "mjx.put_model alone took 5.5 min (convex hulls of the SO-101's 13 collision meshes, "
+                      "160,796 vertices, built in Python), then jit compilation ran past the limit",
+}
+
+
+def _mjx(mjm: mujoco.MjModel, u: np.ndarray) -> tuple[dict | None, str | None]:
+  """`bench_mjx.mjx_case` with the model's solver iterations, else with one; (None, why) where MJX
+  cannot put the model or differentiate its step, so that the row records it instead of the run failing."""
+  from .bench_mjx import mjx_case
+
+  try:
+    try:
+      mx = mjx_case(mjm, u)
+      mx["iterations"] = int(mjm.opt.iterations)
+    except ValueError as e:
+      if "Reverse-mode differentiation" not in str(e):
+        raise
+      # MJX's constraint solver is a while_loop, which jax.grad cannot reverse, unless it runs once
+      one = copy.deepcopy(mjm)
+      one.opt.iterations = 1
+      mx = mjx_case(one, u)
+      mx["iterations"] = 1
+  except Exception as e:  # noqa: BLE001 -- any MJX failure (unsupported geometry, a NaN trace) is a result
+    return None, f"MJX failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+  return mx, None
+
+
 def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int, lane_max_worlds: int,
-               mjx: bool) -> dict:
+               mjx: bool, mjx_max_worlds: int = 1 << 30, mjx_skip: str | None = None) -> dict:
   mjm = MODELS[model]()
   scene = diffsim.Scene(mjm, nworld=nworld, device=device)
   u = controls(mjm, nworld, nstep)
@@ -117,21 +151,14 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int, l
     g()
     grads["lanes"] = ctrl.grad.numpy().copy()
     fns["lanes"] = _graph(scene.device, g)
-  mx = None
-  if mjx:
-    from .bench_mjx import mjx_case
-
-    try:
-      mx = mjx_case(mjm, u)
-      mx["iterations"] = int(mjm.opt.iterations)
-    except ValueError as e:
-      if "Reverse-mode differentiation" not in str(e):
-        raise
-      # MJX's constraint solver is a while_loop, which jax.grad cannot reverse, unless it runs once
-      one = copy.deepcopy(mjm)
-      one.opt.iterations = 1
-      mx = mjx_case(one, u)
-      mx["iterations"] = 1
+  mx, mjx_skipped = None, None
+  if mjx and mjx_skip:
+    mjx_skipped = mjx_skip
+  elif mjx and nworld > mjx_max_worlds:
+    mjx_skipped = f"{nworld} worlds > --mjx-max-worlds {mjx_max_worlds}"
+  elif mjx:
+    mx, mjx_skipped = _mjx(mjm, u)
+  if mx is not None:
     fns["mjx"] = mx["run_grad"]
     fns["mjx_fwd"] = mx["run_fwd"]
   for f in fns.values():
@@ -156,11 +183,14 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int, l
                mjx_grad_over_fwd=ratio("mjx", "mjx_fwd"), fwd_over_mjx_fwd=ratio("fwd", "mjx_fwd"),
                analytic_vs_mjx_rel_diff=rel(grads["analytic"], mx["grad"]), jax_device=mx["device"],
                mjx_solver_iterations=mx["iterations"])
+  elif mjx_skipped is not None:
+    row["mjx_skipped"] = mjx_skipped
   return row
 
 
 def table(rows: list[dict]) -> str:
   f = lambda x, fmt: "-" if x is None else format(x, fmt)
+  mjx = lambda r, k, fmt: "skipped" if r.get("mjx_skipped") else f(r.get(k), fmt)
   lines = ["| model | worlds | fwd (s) | analytic / fwd | lanes / fwd (nlane) | analytic vs lanes | "
            "analytic / MJX grad | MJX grad / fwd | B per world-step (analytic, lanes) |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -168,9 +198,25 @@ def table(rows: list[dict]) -> str:
     lines.append(
       f"| {r['model']} | {r['nworld']} | {r['fwd_s']:.3g} | {r['analytic_over_fwd']:.2f} | "
       f"{f(r['lanes_over_fwd'], '.1f')} ({r['nlane']}) | {f(r['analytic_vs_lanes_rel_diff'], '.1e')} | "
-      f"{f(r.get('analytic_over_mjx'), '.2f')} | {f(r.get('mjx_grad_over_fwd'), '.1f')} | "
+      f"{mjx(r, 'analytic_over_mjx', '.2f')} | {mjx(r, 'mjx_grad_over_fwd', '.1f')} | "
       f"{r['bytes_per_world_step_analytic']}, {r['bytes_per_world_step_lanes']} |")
+  skipped = {}  # (model, why): world counts
+  for r in rows:
+    if r.get("mjx_skipped"):
+      skipped.setdefault((r["model"], r["mjx_skipped"]), []).append(f"{r['nworld']:,}")
+  if skipped:
+    lines += ["", "MJX skipped: " + "; ".join(f"{m} at {', '.join(n)} world(s): {why}"
+                                              for (m, why), n in skipped.items()) + "."]
   return "\n".join(lines)
+
+
+def merge(old: list[dict], new: list[dict]) -> list[dict]:
+  """`old` with each row of the same model and world count as a row of `new` replaced by it, in place;
+  the other rows of `new` appended."""
+  key = lambda r: (r["model"], r["nworld"])
+  by_key = {key(r): r for r in new}
+  out = [by_key.pop(key(r), r) for r in old]
+  return out + [r for r in new if key(r) in by_key]
 
 
 def main(argv=None) -> list[dict]:
@@ -183,16 +229,31 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--lane-max-worlds", type=int, default=12000,
                       help="time the lanes only where nlane * nworld is at most this (their cost on the CPU)")
   parser.add_argument("--mjx", action="store_true", help="also time MJX's jax.grad (needs mujoco-mjx)")
+  parser.add_argument("--mjx-max-worlds", type=int, default=1 << 30,
+                      help="time MJX only up to this many worlds (its cost with contacts on the CPU); the rows "
+                      "above say so in mjx_skipped")
+  parser.add_argument("--mjx-skip-models", nargs="*", default=list(MJX_SKIP), choices=list(MODELS),
+                      help="models MJX is not tried on (default: those MJX_SKIP names, the row says why); "
+                      "give the flag with no model to try MJX on every one")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+  parser.add_argument("--merge", action="store_true",
+                      help="keep the rows already in the output file, replacing those of the same model and size")
   args = parser.parse_args(argv)
   device = args.device or ("cuda:0" if wp.is_cuda_available() else "cpu")
   rows = []
   path = os.path.join(args.out, f"adjoint_{device.split(':')[0]}.json")
+  old = []
+  if args.merge and os.path.exists(path):
+    with open(path) as fh:
+      old = json.load(fh)
   for model in args.models:
     for n in args.sizes:
-      rows.append(bench_case(model, n, args.nstep, device, args.repeats, args.lane_max_worlds, args.mjx))
-      write_json(path, rows)
-      print(table(rows[-1:]).splitlines()[-1], flush=True)
+      rows.append(bench_case(model, n, args.nstep, device, args.repeats, args.lane_max_worlds, args.mjx,
+                             args.mjx_max_worlds, MJX_SKIP.get(model, "named in --mjx-skip-models")
+                             if model in args.mjx_skip_models else None))
+      write_json(path, merge(old, rows))
+      print(table(rows[-1:]).splitlines()[2], flush=True)
+  write_text(os.path.splitext(path)[0] + ".md", table(merge(old, rows)))
   print(table(rows))
   return rows
 

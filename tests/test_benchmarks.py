@@ -56,13 +56,18 @@ def test_bench_adjoint_runs_tiny(tmp_path):
   from benchmarks import bench_adjoint
 
   rows = bench_adjoint.main(["--device", "cpu", "--models", "cartpole", "--sizes", "2", "--nstep", "3",
-                             "--repeats", "1", "--out", str(tmp_path)])
+                             "--repeats", "1", "--mjx", "--mjx-max-worlds", "1", "--out", str(tmp_path)])
   (r,) = rows
+  assert r["mjx_skipped"] == "2 worlds > --mjx-max-worlds 1" and "mjx_grad_s" not in r  # MJX not even imported
+  assert "MJX skipped: cartpole at 2 world(s)" in (tmp_path / "adjoint_cpu.md").read_text()
   assert r["analytic_vs_lanes_rel_diff"] < 1e-4
   assert r["mjwarp_worlds_lanes"] == r["nlane"] * 2 and r["mjwarp_worlds_analytic"] == 2
   assert r["bytes_per_world_step_analytic"] * 10 < r["bytes_per_world_step_lanes"]
   assert r["analytic_over_fwd"] > 0 and (tmp_path / "adjoint_cpu.json").exists()
   assert "| cartpole | 2 |" in bench_adjoint.table(rows)
+  # --merge: a row of the same model and size replaced in place, the others kept, new ones appended
+  a, b, c = ({"model": m, "nworld": n} for m, n in (("x", 1), ("x", 2), ("y", 1)))
+  assert bench_adjoint.merge([a, b], [{**b, "new": 1}, c]) == [a, {**b, "new": 1}, c]
 
 
 def test_bench_tolerance_runs_tiny(tmp_path):
