@@ -75,6 +75,16 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
   return float(np.max(np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)))
 
 
+def _zoo_errors(res) -> dict:
+  """Each zoo object's error on its own dofs' columns (qpos0, qvel0) and, for the actuated ones, its
+  control."""
+  errs = {(name, k): _rel(res.tape[k][:, cols], res.fd[k][:, cols]) for name, cols in ZOO_DOFS.items()
+          for k in ("qpos0", "qvel0")}
+  for i, name in enumerate(("box", "ball", "capsule", "cylinder")):
+    errs[name, "ctrl"] = _rel(res.tape["ctrl"][..., i], res.fd["ctrl"][..., i])
+  return errs
+
+
 @pytest.fixture(scope="module")
 def zoo():
   return diffsim.Scene.from_xml(CONTACT_ZOO, nworld=2, device=DEVICE)
@@ -104,12 +114,7 @@ def test_primitive_pairs_and_condims(zoo):
   ctrl, qpos0, qvel0 = _zoo_inputs(zoo.mjm)
   res = check_gradients(zoo, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")
   lanes = check_gradients(zoo, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="finite_difference")
-  errs = {}
-  for name, cols in ZOO_DOFS.items():
-    for k in ("qpos0", "qvel0"):
-      errs[name, k] = _rel(res.tape[k][:, cols], res.fd[k][:, cols])
-  for i, name in enumerate(("box", "ball", "capsule", "cylinder")):
-    errs[name, "ctrl"] = _rel(res.tape["ctrl"][..., i], res.fd["ctrl"][..., i])
+  errs = _zoo_errors(res)
   print({k: f"{v:.1e}" for k, v in errs.items()})
   print("analytic:", res)
   print("lanes:", lanes)
@@ -131,8 +136,7 @@ def test_elliptic_cones():
   ctrl, qpos0, qvel0 = _zoo_inputs(scene.mjm)
   res = check_gradients(scene, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="analytic")
   lanes = check_gradients(scene, ctrl, qpos0=qpos0, qvel0=qvel0, gradient="finite_difference")
-  errs = {(name, k): _rel(res.tape[k][:, cols], res.fd[k][:, cols]) for name, cols in ZOO_DOFS.items()
-          for k in ("qpos0", "qvel0")}
+  errs = _zoo_errors(res)
   print({k: f"{v:.1e}" for k, v in errs.items()})
   print("analytic:", res)
   print("lanes:", lanes)

@@ -27,7 +27,8 @@ _GAIN_FIXED, _GAIN_AFFINE = 0, 1
 _TRN_JOINT, _TRN_TENDON, _TRN_SITE = int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON), \
   int(mujoco.mjtTrn.mjTRN_SITE)
 _W = mujoco.mjtWrap
-_WRAPS = (int(_W.mjWRAP_JOINT), int(_W.mjWRAP_SITE), int(_W.mjWRAP_PULLEY))
+_WRAPS = (int(_W.mjWRAP_JOINT), int(_W.mjWRAP_SITE), int(_W.mjWRAP_PULLEY), int(_W.mjWRAP_SPHERE),
+          int(_W.mjWRAP_CYLINDER))
 _BIAS_NONE, _BIAS_AFFINE = 0, 1
 _O = mujoco.mjtObj
 _OBJ_BODY, _OBJ_XBODY, _OBJ_SITE = int(_O.mjOBJ_BODY), int(_O.mjOBJ_XBODY), int(_O.mjOBJ_SITE)
@@ -151,14 +152,19 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
 
 
 def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
-  """Fixed tendons and spatial tendons through sites and pulleys, with springs, dampers, limits,
-  friction and actuators; not geom wrapping, tendon armature, polynomial springs and dampers,
-  plasticity, actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
+  """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders,
+  with springs, dampers, limits, friction and actuators; not side sites inside their geom or on
+  another body, tendon armature, polynomial springs and dampers, plasticity, actuator force limits,
+  nor implicitfast's tendon damping (a dense velocity derivative)."""
   for t in range(mjm.ntendon):
     name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
     wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
     if not np.isin(wraps, _WRAPS).all():
-      return f"{name}'s wrapping around a geom (fixed tendons and spatial tendons through sites and pulleys only)"
+      return f"{name}'s wrap objects (joints, sites, pulleys, spheres and cylinders only)"
+    for j in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
+      why = _side_site_uncovered(mjm, j)
+      if why:
+        return f"{name}'s {why}"
     if mjm.tendon_armature[t]:
       return f"{name}'s armature"
     if np.any(mjm.tendon_stiffnesspoly[t]) or np.any(mjm.tendon_dampingpoly[t]):
@@ -171,6 +177,24 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
         not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER:
       return (f"{name}'s damping with the implicitfast integrator (its dense velocity derivative; Euler "
               "integrates it explicitly)")
+  return None
+
+
+def _side_site_uncovered(mjm: mujoco.MjModel, j: int) -> str | None:
+  """A wrap's side site inside its geom takes MuJoCo's iterative inside wrap (not replayed); one on
+  another body could move inside it."""
+  if mjm.wrap_type[j] not in (int(_W.mjWRAP_SPHERE), int(_W.mjWRAP_CYLINDER)) or mjm.wrap_prm[j] < 0:
+    return None
+  g, site = int(mjm.wrap_objid[j]), int(round(mjm.wrap_prm[j]))
+  if mjm.site_bodyid[site] != mjm.geom_bodyid[g]:
+    return "side site on another body than its wrap geom (it could move inside the geom)"
+  # both in the body's frame: the site relative to the geom, in the geom's frame
+  R = np.zeros(9)
+  mujoco.mju_quat2Mat(R, mjm.geom_quat[g])
+  local = R.reshape(3, 3).T @ (mjm.site_pos[site] - mjm.geom_pos[g])
+  dist = np.linalg.norm(local if mjm.wrap_type[j] == int(_W.mjWRAP_SPHERE) else local[:2])
+  if dist < mjm.geom_size[g, 0]:
+    return "side site inside its wrap geom (MuJoCo's iterative inside wrap)"
   return None
 
 

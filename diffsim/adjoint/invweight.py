@@ -20,7 +20,7 @@ import warp as wp
 
 from mujoco_warp._src.types import vec10
 
-from .kinematics import _cdof, _cinert, _inertial_frames, _kinematics, _subtree_com, _subtree_sums
+from .kinematics import record_frames
 from .program import _Program
 from .solve import _mass_matrix
 from .spatial import _inert_vec
@@ -64,10 +64,14 @@ def _inverse(
 
 
 @wp.func
-def _jac(cdof: wp.spatial_vector, offset: wp.vec3) -> wp.spatial_vector:
-  """A dof's column of a point's Jacobian: (translational, rotational) as (top, bottom)."""
-  ang = wp.spatial_top(cdof)
-  return wp.spatial_vector(wp.spatial_bottom(cdof) + wp.cross(ang, offset), ang)
+def _jac_dots(ci: wp.spatial_vector, cj: wp.spatial_vector, offset: wp.vec3) -> wp.vec2:
+  """`(Jp_i . Jp_j, Jr_i . Jr_j)` for dofs `i`, `j` (motion axes `ci`, `cj`) of a point at `offset`
+  from the root's centre of mass."""
+  ai = wp.spatial_top(ci)
+  aj = wp.spatial_top(cj)
+  pi = wp.spatial_bottom(ci) + wp.cross(ai, offset)
+  pj = wp.spatial_bottom(cj) + wp.cross(aj, offset)
+  return wp.vec2(wp.dot(pi, pj), wp.dot(ai, aj))
 
 
 @wp.kernel(enable_backward=False)
@@ -96,13 +100,11 @@ def _body_weights(
   trp = float(0.0)
   trr = float(0.0)
   for i in range(nv):
-    if body_isdofancestor[b, i] != 0:
-      ji = _jac(cdof[w, i], offset)
-      for j in range(nv):
-        if body_isdofancestor[b, j] != 0:
-          jj = _jac(cdof[w, j], offset)
-          trp += A[w, i, j] * wp.dot(wp.spatial_top(ji), wp.spatial_top(jj))
-          trr += A[w, i, j] * wp.dot(wp.spatial_bottom(ji), wp.spatial_bottom(jj))
+    for j in range(nv):
+      if body_isdofancestor[b, i] != 0 and body_isdofancestor[b, j] != 0:
+        d = _jac_dots(cdof[w, i], cdof[w, j], offset)
+        trp += A[w, i, j] * d[0]
+        trr += A[w, i, j] * d[1]
   cp = g[0] / 3.0
   cr = g[1] / 3.0
   # set_const's substitutions: one part stands in for the other where it is below mjMINVAL
@@ -113,14 +115,10 @@ def _body_weights(
     cr = 0.0
     cp = (g[0] + g[1]) / 3.0
   for i in range(nv):
-    if body_isdofancestor[b, i] != 0:
-      ji = _jac(cdof[w, i], offset)
-      for j in range(nv):
-        if body_isdofancestor[b, j] != 0:
-          jj = _jac(cdof[w, j], offset)
-          v = cp * wp.dot(wp.spatial_top(ji), wp.spatial_top(jj)) + cr * wp.dot(wp.spatial_bottom(ji),
-                                                                                 wp.spatial_bottom(jj))
-          wp.atomic_add(S_out, w, i, j, v)
+    for j in range(nv):
+      if body_isdofancestor[b, i] != 0 and body_isdofancestor[b, j] != 0:
+        d = _jac_dots(cdof[w, i], cdof[w, j], offset)
+        wp.atomic_add(S_out, w, i, j, cp * d[0] + cr * d[1])
 
 
 @wp.kernel(enable_backward=False)
@@ -205,7 +203,7 @@ class InvWeightAdjoint:
 
   def __init__(self, scene, P: _Program, body_dof: wp.array):
     s, mjm, m = scene, scene.mjm, scene.model
-    dev, n, nv, nb, nj = s.device, s.nworld, mjm.nv, mjm.nbody, mjm.njnt
+    dev, n, nv, nb = s.device, s.nworld, mjm.nv, mjm.nbody
     self.scene, self.body_dof = scene, body_dof
     self.G_body = P.grad(m.body_invweight0)
     self.G_dof = P.grad(m.dof_invweight0)
@@ -222,23 +220,10 @@ class InvWeightAdjoint:
       return a
 
     self.q0 = z((n, mjm.nq))
-    jpos, jquat = arr((n, nj), wp.vec3), arr((n, nj), wp.quat)
-    xpos, xquat = arr((n, nb), wp.vec3), arr((n, nb), wp.quat)
-    xanchor, xaxis = arr((n, nj), wp.vec3), arr((n, nj), wp.vec3)
-    xmat, xipos, ximat = arr((n, nb), wp.mat33), arr((n, nb), wp.vec3), arr((n, nb), wp.mat33)
-    stmass, stmom, com = arr((n, nb)), arr((n, nb), wp.vec3), arr((n, nb), wp.vec3)
-    cinert, cdof = arr((n, nb), vec10), arr((n, nv), wp.spatial_vector)
+    frames, added = record_frames(Q, "q0", mjm, m, self.q0, arr)
+    xipos, com, cinert, cdof = frames["xipos"], frames["com"], frames["cinert"], frames["cdof"]
     self.E = arr(n)
-    self._accumulated = [stmass, stmom, self.E]
-    Q.launch("q0", _kinematics, n, [m.body_parentid, m.body_jntnum, m.body_jntadr, m.body_pos, m.body_quat,
-                                    m.jnt_type, m.jnt_qposadr, m.jnt_pos, m.jnt_axis, m.qpos0, self.q0],
-             [jpos, jquat, xpos, xquat, xanchor, xaxis])
-    Q.launch("q0", _inertial_frames, (n, nb), [m.body_ipos, m.body_iquat, xpos, xquat], [xmat, xipos, ximat])
-    Q.launch("q0", _subtree_sums, n, [m.body_subtreenum, m.body_mass, xipos], [stmass, stmom])
-    Q.launch("q0", _subtree_com, (n, nb), [xipos, stmass, stmom], [com])
-    Q.launch("q0", _cinert, (n, nb), [m.body_rootid, m.body_mass, m.body_inertia, xipos, ximat, com], [cinert])
-    Q.launch("q0", _cdof, (n, nj), [m.body_rootid, m.jnt_type, m.jnt_dofadr, m.jnt_bodyid, xmat, xanchor, xaxis,
-                                    com], [cdof])
+    self._accumulated = added + [self.E]
     self.W = z((n, nv, nv))
     Q.launch("q0", _weighted_inertia, (n, body_dof.shape[0]), [body_dof, m.body_isdofancestor, self.W, cinert, cdof],
              [self.E])

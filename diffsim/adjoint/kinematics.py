@@ -288,3 +288,29 @@ def _site_frames(
   site_xpos_out[w, i] = xpos[w, b] + _rot_vec_quat(site_pos[w % site_pos.shape[0], i], xquat[w, b])
   site_xquat_out[w, i] = q
   site_xmat_out[w, i] = _quat_to_mat(q)
+
+
+def record_frames(P, segment: str, mjm, m, qpos: wp.array, arr):
+  """Records (segment `segment` of the `_Program` `P`) the kinematics at `qpos` `(nworld, nq)` up to
+  the composite inertias and motion axes: returns the replayed arrays by MuJoCo's names (`xpos`,
+  `xquat`, `xmat`, `xipos`, `ximat`, `xanchor`, `xaxis`, `com`, `cinert`, `cdof`, ...) and the list of
+  those the kernels add into (zero them before each run). `arr(shape, dtype)` allocates a replayed
+  array with an adjoint."""
+  n, nb, nj, nv = qpos.shape[0], mjm.nbody, mjm.njnt, mjm.nv
+  f = dict(jpos=arr((n, nj), wp.vec3), jquat=arr((n, nj), wp.quat), xpos=arr((n, nb), wp.vec3),
+           xquat=arr((n, nb), wp.quat), xanchor=arr((n, nj), wp.vec3), xaxis=arr((n, nj), wp.vec3),
+           xmat=arr((n, nb), wp.mat33), xipos=arr((n, nb), wp.vec3), ximat=arr((n, nb), wp.mat33),
+           stmass=arr((n, nb)), stmom=arr((n, nb), wp.vec3), com=arr((n, nb), wp.vec3), cinert=arr((n, nb), vec10),
+           cdof=arr((n, nv), wp.spatial_vector))
+  P.launch(segment, _kinematics, n, [m.body_parentid, m.body_jntnum, m.body_jntadr, m.body_pos, m.body_quat,
+                                     m.jnt_type, m.jnt_qposadr, m.jnt_pos, m.jnt_axis, m.qpos0, qpos],
+           [f["jpos"], f["jquat"], f["xpos"], f["xquat"], f["xanchor"], f["xaxis"]])
+  P.launch(segment, _inertial_frames, (n, nb), [m.body_ipos, m.body_iquat, f["xpos"], f["xquat"]],
+           [f["xmat"], f["xipos"], f["ximat"]])
+  P.launch(segment, _subtree_sums, n, [m.body_subtreenum, m.body_mass, f["xipos"]], [f["stmass"], f["stmom"]])
+  P.launch(segment, _subtree_com, (n, nb), [f["xipos"], f["stmass"], f["stmom"]], [f["com"]])
+  P.launch(segment, _cinert, (n, nb), [m.body_rootid, m.body_mass, m.body_inertia, f["xipos"], f["ximat"], f["com"]],
+           [f["cinert"]])
+  P.launch(segment, _cdof, (n, nj), [m.body_rootid, m.jnt_type, m.jnt_dofadr, m.jnt_bodyid, f["xmat"], f["xanchor"],
+                                     f["xaxis"], f["com"]], [f["cdof"]])
+  return f, [f["stmass"], f["stmom"]]

@@ -23,8 +23,7 @@ from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term
   _joint_forces, _passive, _subtree_forces
 from .equalities import EqualityRows
 from .invweight import InvWeightAdjoint
-from .kinematics import _cdof, _cdof_dot, _cinert, _inertial_frames, _kinematics, _site_frames, _subtree_com, \
-  _subtree_sums, _velocities
+from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
 from .program import _Program
 from .sensors import _sensors
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
@@ -339,12 +338,6 @@ class AnalyticStep:
         inter.append(P.grad(a))
       return a
 
-    jpos, jquat = arr((n, nj), wp.vec3), arr((n, nj), wp.quat)
-    xpos, xquat = arr((n, nb), wp.vec3), arr((n, nb), wp.quat)
-    xanchor, xaxis = arr((n, nj), wp.vec3), arr((n, nj), wp.vec3)
-    xmat, xipos, ximat = arr((n, nb), wp.mat33), arr((n, nb), wp.vec3), arr((n, nb), wp.mat33)
-    stmass, stmom, com = arr((n, nb)), arr((n, nb), wp.vec3), arr((n, nb), wp.vec3)
-    cinert, cdof = arr((n, nb), vec10), arr((n, nv), wp.spatial_vector)
     cvel, cvel_pre = arr((n, nb), wp.spatial_vector), arr((n, nv), wp.spatial_vector)
     cdof_dot = arr((n, nv), wp.spatial_vector)
     nsite = max(mjm.nsite, 1)
@@ -358,21 +351,16 @@ class AnalyticStep:
     self.damp = arr((n, nv))
     self.bdiag = bdiag = arr((n, nv))
     crb_free = arr((n, max(self.nfree, 1)), vec10)
-    accumulated = [stmass, stmom, cvel, cvel_pre, qfrc_actuator, qfrc_constraint, jtdj, bdiag, crb_free]
+    accumulated = [cvel, cvel_pre, qfrc_actuator, qfrc_constraint, jtdj, bdiag, crb_free]
 
     # segment "state": what the sensors need and the forces that do not depend on acceleration
     gravity_on = 0.0 if off & dsbl.mjDSBL_GRAVITY else 1.0
-    P.launch("state", _kinematics, n, [m.body_parentid, m.body_jntnum, m.body_jntadr, m.body_pos, m.body_quat,
-                                       m.jnt_type, m.jnt_qposadr, m.jnt_pos, m.jnt_axis, m.qpos0, self.qpos],
-             [jpos, jquat, xpos, xquat, xanchor, xaxis])
-    P.launch("state", _inertial_frames, (n, nb), [m.body_ipos, m.body_iquat, xpos, xquat], [xmat, xipos, ximat])
-    P.launch("state", _subtree_sums, n, [m.body_subtreenum, m.body_mass, xipos], [stmass, stmom])
-    P.launch("state", _subtree_com, (n, nb), [xipos, stmass, stmom], [com])
-    P.launch("state", _cinert, (n, nb), [m.body_rootid, m.body_mass, m.body_inertia, xipos, ximat, com], [cinert])
+    frames, added = record_frames(P, "state", mjm, m, self.qpos, arr)
+    accumulated += added
+    xpos, xquat, xmat, xipos, ximat = (frames[k] for k in ("xpos", "xquat", "xmat", "xipos", "ximat"))
+    com, cinert, cdof = frames["com"], frames["cinert"], frames["cdof"]
     if self.nfree:
       P.launch("state", _free_crb, (n, self.nfree), [m.body_subtreenum, self.free_body, cinert], [crb_free])
-    P.launch("state", _cdof, (n, nj), [m.body_rootid, m.jnt_type, m.jnt_dofadr, m.jnt_bodyid, xmat, xanchor, xaxis,
-                                       com], [cdof])
     P.launch("state", _velocities, n, [self.body_dof, self.dof_pre, self.qvel, cdof], [cvel, cvel_pre])
     P.launch("state", _cdof_dot, (n, nv), [self.dof_still, cvel_pre, cdof], [cdof_dot])
     if mjm.nsite:
@@ -386,8 +374,8 @@ class AnalyticStep:
     self.tendons = None
     if mjm.ntendon:
       self.tendons = TendonRows(mjm, m, P, arr, accumulated, qpos=self.qpos, qvel=self.qvel, qacc=self.qacc,
-                                site_xpos=site_xpos, com=com, cdof=cdof, qfrc_passive=qfrc_passive,
-                                qfrc_constraint=qfrc_constraint, jtdj=jtdj)
+                                xpos=xpos, xquat=xquat, site_xpos=site_xpos, com=com, cdof=cdof,
+                                qfrc_passive=qfrc_passive, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     # tendon and site transmissions' lengths, velocities and moments (dummies without them)
     trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
                                site_xmat=site_xmat, com=com, cdof=cdof)

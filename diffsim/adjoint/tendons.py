@@ -1,4 +1,4 @@
-"""Tendons and non-joint transmissions, replayed differentiably: fixed and site-spatial tendon lengths
+"""Tendons and non-joint transmissions, replayed differentiably: fixed and spatial tendon lengths
 and Jacobians, their springs and dampers, their limit and friction rows, and the moment arms of tendon
 and site actuators.
 
@@ -6,7 +6,7 @@ A fixed tendon is `L = sum_k coef_k q_k`; a spatial tendon through sites (and pu
 the branches after them) is the sum of its straight segments' lengths, each Jacobian row
 `vec . (jac(p1) - jac(p0))` for the segment's unit direction `vec` (MJWarp's `_joint_tendon`,
 `_spatial_site_tendon`), rebuilt from the replayed site frames, so the Jacobian's own dependence on
-`q` is differentiated. Geom wrapping is not replayed (`coverage.py` refuses it).
+`q` is differentiated; stretches wrapping around spheres and cylinders are `wraps.py`'s.
 
 Rows (MJWarp's `_limit_tendon`, `_friction_tendon`) follow `constraints.py`: a limit row
 `-D (J a - aref)` where the limit pushes, a friction row `-D (J a - aref)` inside
@@ -27,7 +27,9 @@ import warp as wp
 from mujoco_warp._src.types import vec5
 
 from .constraints import _kbimp
+from .kinematics import _site_frames
 from .spatial import _MINVAL
+from .wraps import _geom_segments
 
 __all__ = ["TendonRows", "record_transmissions"]
 
@@ -311,8 +313,8 @@ class TendonRows:
   `arr(shape)` allocates a replayed array with an adjoint; `accumulated` lists the arrays the kernels
   add into (zeroed before each replay)."""
 
-  def __init__(self, mjm: mujoco.MjModel, m, P, arr, accumulated, *, qpos, qvel, qacc, site_xpos, com, cdof,
-               qfrc_passive, qfrc_constraint, jtdj):
+  def __init__(self, mjm: mujoco.MjModel, m, P, arr, accumulated, *, qpos, qvel, qacc, xpos, xquat, site_xpos, com,
+               cdof, qfrc_passive, qfrc_constraint, jtdj):
     off = int(mjm.opt.disableflags)
     dsbl = mujoco.mjtDisableBit
     n, nt, nv = qpos.shape[0], mjm.ntendon, mjm.nv
@@ -327,6 +329,16 @@ class TendonRows:
       P.launch("state", _site_segments, (n, m.wrap_site_pair_adr.shape[0]),
                [m.body_rootid, m.body_isdofancestor, m.site_bodyid, m.wrap_objid, m.wrap_pulley_scale,
                 m.tendon_site_pair_adr, m.wrap_site_pair_adr, site_xpos, com, cdof], [self.length, self.J])
+    if m.wrap_geom_adr.shape[0]:
+      # stretches wrapping around spheres and cylinders, from the geoms' replayed frames
+      ng = mjm.ngeom
+      geom_xpos, geom_xquat, geom_xmat = arr((n, ng), wp.vec3), arr((n, ng), wp.quat), arr((n, ng), wp.mat33)
+      P.launch("state", _site_frames, (n, ng), [m.geom_bodyid, m.geom_pos, m.geom_quat, xpos, xquat],
+               [geom_xpos, geom_xquat, geom_xmat])
+      P.launch("state", _geom_segments, (n, m.wrap_geom_adr.shape[0]),
+               [m.body_rootid, m.body_isdofancestor, m.geom_bodyid, m.geom_size, m.site_bodyid, m.wrap_type,
+                m.wrap_objid, m.wrap_prm, m.wrap_pulley_scale, m.tendon_geom_adr, m.wrap_geom_adr, site_xpos,
+                geom_xpos, geom_xmat, com, cdof], [self.length, self.J])
     P.launch("state", _row_dot, (n, nt, nv), [self.J, qvel], [self.velocity])
     spring = 0.0 if off & dsbl.mjDSBL_SPRING else 1.0
     damper = 0.0 if off & dsbl.mjDSBL_DAMPER else 1.0
