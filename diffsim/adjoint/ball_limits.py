@@ -18,8 +18,7 @@ import warp as wp
 from mujoco_warp._src.types import vec5
 
 from ..joints import BALL
-from .constraints import _kbimp
-from .spatial import _MINVAL
+from .constraints import _one_sided_row
 
 __all__ = ["record_ball_limits"]
 
@@ -67,18 +66,15 @@ def _ball_limit_rows(
   if pos < 0.0:
     v = wp.vec3(qvel[w, d], qvel[w, d + 1], qvel[w, d + 2])
     acc = wp.vec3(qacc[w, d], qacc[w, d + 1], qacc[w, d + 2])
-    kbi = _kbimp(opt_timestep, refsafe, jnt_solref[w % jnt_solref.shape[0], j], jnt_solimp[w % jnt_solimp.shape[0], j],
-                 pos)
-    imp = kbi[2]
-    D = 1.0 / wp.max(dof_invweight0[w % dof_invweight0.shape[0], d] * (1.0 - imp) / imp, _MINVAL)
-    aref = -kbi[0] * imp * pos + kbi[1] * wp.dot(axis, v)
-    jar = -wp.dot(axis, acc) - aref
-    if jar < 0.0:
-      f = -D * jar
+    # the row's Jacobian is -axis on the joint's three dofs
+    fD = _one_sided_row(opt_timestep, refsafe, jnt_solref[w % jnt_solref.shape[0], j],
+                        jnt_solimp[w % jnt_solimp.shape[0], j], pos, -wp.dot(axis, v), -wp.dot(axis, acc),
+                        dof_invweight0[w % dof_invweight0.shape[0], d])
+    if fD[1] > 0.0:
       for k in range(3):
-        wp.atomic_add(qfrc_out, w, d + k, -axis[k] * f)
+        wp.atomic_add(qfrc_out, w, d + k, -axis[k] * fD[0])
         for l in range(3):
-          wp.atomic_add(jtdj_out, w, d + k, d + l, D * axis[k] * axis[l])
+          wp.atomic_add(jtdj_out, w, d + k, d + l, fD[1] * axis[k] * axis[l])
 
 
 def record_ball_limits(P, mjm: mujoco.MjModel, m, qpos: wp.array, qvel: wp.array, qacc: wp.array,

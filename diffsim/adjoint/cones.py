@@ -23,8 +23,7 @@ import warp as wp
 
 from mujoco_warp._src.types import vec5
 
-from .constraints import _kbimp
-from .spatial import _MINVAL
+from .constraints import _kbimp, _row_R
 
 __all__ = ["ELLIPTIC_TOP", "ELLIPTIC_BOTTOM", "ELLIPTIC_MIDDLE"]
 
@@ -37,6 +36,14 @@ def _u(dim: int, j: int, friction: vec5, Ja: float, Jv: float, b: float) -> floa
   if j >= dim:
     return 0.0
   return friction[j - 1] * (Ja + b * Jv)
+
+
+@wp.func
+def _pair_invweight(body_invweight0: wp.array2d[wp.vec2], geom_bodyid: wp.array[int], geoms: wp.vec2i,
+                    w: int) -> float:
+  """A contact's inverse weight: its two bodies' translational `body_invweight0`."""
+  iw = w % body_invweight0.shape[0]
+  return body_invweight0[iw, geom_bodyid[geoms[0]]][0] + body_invweight0[iw, geom_bodyid[geoms[1]]][0]
 
 
 @wp.kernel
@@ -75,14 +82,12 @@ def _elliptic_force(
     return
   dim = contact_dim[c]
   w = contact_worldid[c]
-  g = contact_geom[c]
-  iw = w % body_invweight0.shape[0]
-  invweight = body_invweight0[iw, geom_bodyid[g[0]]][0] + body_invweight0[iw, geom_bodyid[g[1]]][0]
+  invweight = _pair_invweight(body_invweight0, geom_bodyid, contact_geom[c], w)
   pos = dist[c] - contact_includemargin[c]
   solimp = contact_solimp[c]
   kbi = _kbimp(opt_timestep, refsafe, contact_solref[c], solimp, pos)
   imp = kbi[2]
-  D0 = 1.0 / wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
+  D0 = 1.0 / _row_R(invweight, imp)
   jar0 = Ja[c, 0] - (-kbi[0] * imp * pos - kbi[1] * Jv[c, 0])
   D_out[c, 0] = D0
   if dim == 1:  # frictionless: one quadratic row where it pushes

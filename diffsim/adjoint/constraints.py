@@ -63,6 +63,45 @@ def _kbimp(timestep: float, refsafe: int, solref: wp.vec2, solimp: vec5, pos: fl
   return wp.vec3(k, b, imp)
 
 
+@wp.func
+def _row_R(invweight: float, imp: float) -> float:
+  """A row's regularizer `R = invweight (1 - imp) / imp`, floored at mjMINVAL (`D = 1 / R`: MJWarp's
+  `_efc_D`)."""
+  return wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
+
+
+@wp.func
+def _one_sided_row(timestep: float, refsafe: int, solref: wp.vec2, solimp: vec5, pos: float, Jv: float, Ja: float,
+                   invweight: float) -> wp.vec2:
+  """A limit (or contact normal, pyramid edge) row at the solver's acceleration: `(force, D)` with
+  force `-D (J a - aref)`, `aref = -k imp pos - b J v`, where it pushes (the Newton solver's quadratic
+  regime); `(0, 0)` where it is slack."""
+  kbi = _kbimp(timestep, refsafe, solref, solimp, pos)
+  imp = kbi[2]
+  D = 1.0 / _row_R(invweight, imp)
+  jar = Ja - (-kbi[0] * imp * pos - kbi[1] * Jv)
+  out = wp.vec2(0.0, 0.0)
+  if jar < 0.0:
+    out = wp.vec2(-D * jar, D)
+  return out
+
+
+@wp.func
+def _friction_row(timestep: float, refsafe: int, solref: wp.vec2, solimp: vec5, frictionloss: float, Jv: float,
+                  Ja: float, invweight: float) -> wp.vec2:
+  """A friction row at the solver's acceleration: `(force, D)`, force `-D (J a + b J v)` within
+  `[-frictionloss, frictionloss]` (quadratic regime), else the bound with `D = 0` (linear regime)."""
+  kbi = _kbimp(timestep, refsafe, solref, solimp, 0.0)
+  R = _row_R(invweight, kbi[2])
+  jar = Ja + kbi[1] * Jv
+  out = wp.vec2(-jar / R, 1.0 / R)
+  if jar <= -R * frictionloss:
+    out = wp.vec2(frictionloss, 0.0)
+  elif jar >= R * frictionloss:
+    out = wp.vec2(-frictionloss, 0.0)
+  return out
+
+
 @wp.kernel
 def _limit_rows(
   # Model:
@@ -98,15 +137,12 @@ def _limit_rows(
     J = float(1.0)
     if dist_min >= dist_max:
       J = -1.0
-    kbi = _kbimp(opt_timestep, refsafe, jnt_solref[w % jnt_solref.shape[0], j], jnt_solimp[w % jnt_solimp.shape[0], j],
-                 pos)
-    aref = -kbi[0] * kbi[2] * pos - kbi[1] * J * qvel[w, d]
-    imp = kbi[2]
-    D = 1.0 / wp.max(dof_invweight0[w % dof_invweight0.shape[0], d] * (1.0 - imp) / imp, _MINVAL)
-    jar = J * qacc[w, d] - aref
-    if jar < 0.0:
-      wp.atomic_add(qfrc_out, w, d, -J * D * jar)
-      wp.atomic_add(jtdj_out, w, d, d, D)
+    fD = _one_sided_row(opt_timestep, refsafe, jnt_solref[w % jnt_solref.shape[0], j],
+                        jnt_solimp[w % jnt_solimp.shape[0], j], pos, J * qvel[w, d], J * qacc[w, d],
+                        dof_invweight0[w % dof_invweight0.shape[0], d])
+    if fD[1] > 0.0:
+      wp.atomic_add(qfrc_out, w, d, J * fD[0])
+      wp.atomic_add(jtdj_out, w, d, d, fD[1])
 
 
 @wp.kernel
@@ -130,18 +166,12 @@ def _friction_rows(
   w, d = wp.tid()
   fl = dof_frictionloss[w % dof_frictionloss.shape[0], d]
   if fl > 0.0:
-    kbi = _kbimp(opt_timestep, refsafe, dof_solref[w % dof_solref.shape[0], d], dof_solimp[w % dof_solimp.shape[0], d],
-                 0.0)
-    imp = kbi[2]
-    R = wp.max(dof_invweight0[w % dof_invweight0.shape[0], d] * (1.0 - imp) / imp, _MINVAL)
-    jar = qacc[w, d] + kbi[1] * qvel[w, d]
-    if jar <= -R * fl:
-      wp.atomic_add(qfrc_out, w, d, fl)
-    elif jar >= R * fl:
-      wp.atomic_add(qfrc_out, w, d, -fl)
-    else:
-      wp.atomic_add(qfrc_out, w, d, -jar / R)
-      wp.atomic_add(jtdj_out, w, d, d, 1.0 / R)
+    fD = _friction_row(opt_timestep, refsafe, dof_solref[w % dof_solref.shape[0], d],
+                       dof_solimp[w % dof_solimp.shape[0], d], fl, qvel[w, d], qacc[w, d],
+                       dof_invweight0[w % dof_invweight0.shape[0], d])
+    wp.atomic_add(qfrc_out, w, d, fD[0])
+    if fD[1] > 0.0:
+      wp.atomic_add(jtdj_out, w, d, d, fD[1])
 
 
 @wp.kernel
@@ -193,7 +223,7 @@ def _joint_equality_rows(
   vel = qvel[w, d1] + J2 * qvel[w, d2]
   kbi = _kbimp(opt_timestep, refsafe, eq_solref[w % eq_solref.shape[0], e], eq_solimp[w % eq_solimp.shape[0], e], pos)
   imp = kbi[2]
-  D = 1.0 / wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
+  D = 1.0 / _row_R(invweight, imp)
   aref = -kbi[0] * imp * pos - kbi[1] * vel
   jar = qacc[w, d1] + J2 * qacc[w, d2] - aref
   f = -D * jar

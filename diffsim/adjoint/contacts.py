@@ -17,9 +17,9 @@ import warp as wp
 
 from mujoco_warp._src.types import vec5
 
-from .cones import _elliptic_force, _elliptic_jtdj
+from .cones import _elliptic_force, _elliptic_jtdj, _pair_invweight
 from .contact_geometry import _contact_geometry, _contact_locals, _mesh_edge_points
-from .constraints import _kbimp
+from .constraints import _one_sided_row
 from .spatial import _MINVAL
 
 _MINMU = float(mujoco.mjMINMU)
@@ -264,25 +264,15 @@ def _contact_force(
   if r >= _nrow(dim, 0):
     return
   w = contact_worldid[c]
-  g = contact_geom[c]
-  iw = w % body_invweight0.shape[0]
-  invweight = body_invweight0[iw, geom_bodyid[g[0]]][0] + body_invweight0[iw, geom_bodyid[g[1]]][0]
+  invweight = _pair_invweight(body_invweight0, geom_bodyid, contact_geom[c], w)
   if dim > 1:
     fri0 = contact_friction[c][0]
     ir = opt_impratio_invsqrt[w % opt_impratio_invsqrt.shape[0]]
     invweight = invweight * (1.0 + fri0 * fri0) * 2.0 * fri0 * fri0 * ir * ir
-  pos = dist[c] - contact_includemargin[c]
-  kbi = _kbimp(opt_timestep, refsafe, contact_solref[c], contact_solimp[c], pos)
-  imp = kbi[2]
-  D = 1.0 / wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
-  aref = -kbi[0] * imp * pos - kbi[1] * Jv[c, r]
-  jar = Ja[c, r] - aref
-  if jar < 0.0:
-    force_out[c, r] = -D * jar
-    D_out[c, r] = D
-  else:
-    force_out[c, r] = 0.0
-    D_out[c, r] = 0.0
+  fD = _one_sided_row(opt_timestep, refsafe, contact_solref[c], contact_solimp[c], dist[c] - contact_includemargin[c],
+                      Jv[c, r], Ja[c, r], invweight)
+  force_out[c, r] = fD[0]
+  D_out[c, r] = fD[1]
 
 
 @wp.kernel

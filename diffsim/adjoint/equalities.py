@@ -33,8 +33,8 @@ import warp as wp
 from mujoco_warp._src.types import vec5, vec12
 
 from ..joints import BALL, FREE
-from .constraints import _kbimp
-from .spatial import _MINVAL, _motion_cross, _mul_quat
+from .constraints import _kbimp, _row_R
+from .spatial import _motion_cross, _mul_quat
 
 __all__ = ["EqualityRows"]
 
@@ -279,7 +279,7 @@ def _equality_force(
   iw = w % body_invweight0.shape[0]
   inv1 = body_invweight0[iw, weight_body[i, 0]]
   inv2 = body_invweight0[iw, weight_body[i, 1]]
-  Dt = 1.0 / wp.max((inv1[0] + inv2[0]) * (1.0 - imp) / imp, _MINVAL)
+  Dt = 1.0 / _row_R(inv1[0] + inv2[0], imp)
   for k in range(3):
     aref = -kbi[0] * imp * pos[w, r + k] - kbi[1] * Jv[w, r + k] - Jdv[w, r + k]
     force_out[w, r + k] = -Dt * (Ja[w, r + k] - aref)
@@ -299,7 +299,7 @@ def _equality_force(
     t = _mul_quat(_mul_quat(negqdot1, domega), q0) + _mul_quat(_mul_quat(q1, djrdv), q0) + \
       _mul_quat(_mul_quat(q1, domega), qdot0)
     shift = 0.5 * torquescale * _im(t)
-    Dr = 1.0 / wp.max((inv1[1] + inv2[1]) * (1.0 - imp) / imp, _MINVAL)
+    Dr = 1.0 / _row_R(inv1[1] + inv2[1], imp)
     for k in range(3):
       aref = -kbi[0] * imp * pos[w, r + 3 + k] - kbi[1] * Jv[w, r + 3 + k] - shift[k]
       force_out[w, r + 3 + k] = -Dr * (Ja[w, r + 3 + k] - aref)

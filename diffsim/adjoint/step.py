@@ -366,6 +366,15 @@ class AnalyticStep:
     if mjm.nsite:
       P.launch("state", _site_frames, (n, mjm.nsite), [m.site_bodyid, m.site_pos, m.site_quat, xpos, xquat],
                [site_xpos, site_xquat, site_xmat])
+    # geom frames (the site kernel on the geoms' placements) only where a sensor or a tendon wrap reads one
+    sensors_on = ns and not off & dsbl.mjDSBL_SENSOR
+    geoms_read = bool(m.wrap_geom_adr.shape[0]) or bool(sensors_on and np.any(mjm.sensor_objtype ==
+                                                                              mujoco.mjtObj.mjOBJ_GEOM))
+    ngs = mjm.ngeom if geoms_read else 1
+    geom_xpos, geom_xquat, geom_xmat = arr((n, ngs), wp.vec3), arr((n, ngs), wp.quat), arr((n, ngs), wp.mat33)
+    if geoms_read:
+      P.launch("state", _site_frames, (n, mjm.ngeom), [m.geom_bodyid, m.geom_pos, m.geom_quat, xpos, xquat],
+               [geom_xpos, geom_xquat, geom_xmat])
     if nj:
       P.launch("state", _passive, (n, nj), [m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.jnt_stiffness, m.qpos_spring,
                                             m.dof_damping, 0.0 if off & dsbl.mjDSBL_SPRING else 1.0,
@@ -374,7 +383,7 @@ class AnalyticStep:
     self.tendons = None
     if mjm.ntendon:
       self.tendons = TendonRows(mjm, m, P, arr, accumulated, qpos=self.qpos, qvel=self.qvel, qacc=self.qacc,
-                                xpos=xpos, xquat=xquat, site_xpos=site_xpos, com=com, cdof=cdof,
+                                site_xpos=site_xpos, geom_xpos=geom_xpos, geom_xmat=geom_xmat, com=com, cdof=cdof,
                                 qfrc_passive=qfrc_passive, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     # tendon and site transmissions' lengths, velocities and moments (dummies without them)
     trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
@@ -394,14 +403,7 @@ class AnalyticStep:
                [m.jnt_type, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
                 m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, self.act, self.ctrl, actuator_force], [bdiag])
-    if ns and not off & dsbl.mjDSBL_SENSOR:
-      # geom frames (the site kernel on the geoms' placements) only where a sensor reads one
-      geom_sensed = bool(np.any(mjm.sensor_objtype == mujoco.mjtObj.mjOBJ_GEOM))
-      ngs = mjm.ngeom if geom_sensed else 1
-      geom_xpos, geom_xquat, geom_xmat = arr((n, ngs), wp.vec3), arr((n, ngs), wp.quat), arr((n, ngs), wp.mat33)
-      if geom_sensed:
-        P.launch("state", _site_frames, (n, mjm.ngeom), [m.geom_bodyid, m.geom_pos, m.geom_quat, xpos, xquat],
-                 [geom_xpos, geom_xquat, geom_xmat])
+    if sensors_on:
       P.launch("state", _sensors, (n, mjm.nsensor),
                [m.sensor_type, m.sensor_objtype, m.sensor_objid, m.sensor_adr, m.sensor_cutoff, m.jnt_qposadr,
                 m.jnt_dofadr, m.site_bodyid, m.geom_bodyid, m.body_rootid, m.body_iquat, m.actuator_trntype,
@@ -430,8 +432,7 @@ class AnalyticStep:
     # constraint rows at the solver's acceleration: each kind adds its forces into qfrc_constraint and
     # its rows' J^T D J into jtdj (the IFT's Hessian M + J^T D J)
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
-    if self.tendons is not None and self.tendons.any_rows:
-      self.constrained = True
+    self.constrained |= self.tendons is not None and self.tendons.any_rows
     self.constrained |= record_ball_limits(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
     self.equalities = EqualityRows.record(P, mjm, m, arr, accumulated, xpos=xpos, xquat=xquat, xmat=xmat, com=com,
                                           cdof=cdof, cvel=cvel, cdof_dot=cdof_dot, qvel=self.qvel, qacc=self.qacc,

@@ -26,8 +26,7 @@ import warp as wp
 
 from mujoco_warp._src.types import vec5
 
-from .constraints import _kbimp
-from .kinematics import _site_frames
+from .constraints import _friction_row, _one_sided_row
 from .spatial import _MINVAL
 from .wraps import _geom_segments
 
@@ -191,29 +190,17 @@ def _tendon_rows(
       scl = float(1.0)
       if dist_min >= dist_max:
         scl = -1.0
-      kbi = _kbimp(opt_timestep, refsafe, tendon_solref_lim[w % tendon_solref_lim.shape[0], t],
-                   tendon_solimp_lim[w % tendon_solimp_lim.shape[0], t], pos)
-      imp = kbi[2]
-      D = 1.0 / wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
-      aref = -kbi[0] * imp * pos - kbi[1] * scl * velocity[w, t]
-      jar = scl * Ja[w, t] - aref
-      if jar < 0.0:
-        wp.atomic_add(force_out, w, t, -scl * D * jar)
-        D_out[w, t, 0] = D
+      fD = _one_sided_row(opt_timestep, refsafe, tendon_solref_lim[w % tendon_solref_lim.shape[0], t],
+                          tendon_solimp_lim[w % tendon_solimp_lim.shape[0], t], pos, scl * velocity[w, t],
+                          scl * Ja[w, t], invweight)
+      wp.atomic_add(force_out, w, t, scl * fD[0])
+      D_out[w, t, 0] = fD[1]
   fl = tendon_frictionloss[w % tendon_frictionloss.shape[0], t]
   if friction_on != 0 and fl > 0.0:
-    kbi = _kbimp(opt_timestep, refsafe, tendon_solref_fri[w % tendon_solref_fri.shape[0], t],
-                 tendon_solimp_fri[w % tendon_solimp_fri.shape[0], t], 0.0)
-    imp = kbi[2]
-    R = wp.max(invweight * (1.0 - imp) / imp, _MINVAL)
-    jar = Ja[w, t] + kbi[1] * velocity[w, t]
-    if jar <= -R * fl:
-      wp.atomic_add(force_out, w, t, fl)
-    elif jar >= R * fl:
-      wp.atomic_add(force_out, w, t, -fl)
-    else:
-      wp.atomic_add(force_out, w, t, -jar / R)
-      D_out[w, t, 1] = 1.0 / R
+    fD = _friction_row(opt_timestep, refsafe, tendon_solref_fri[w % tendon_solref_fri.shape[0], t],
+                       tendon_solimp_fri[w % tendon_solimp_fri.shape[0], t], fl, velocity[w, t], Ja[w, t], invweight)
+    wp.atomic_add(force_out, w, t, fD[0])
+    D_out[w, t, 1] = fD[1]
 
 
 @wp.kernel
@@ -313,8 +300,8 @@ class TendonRows:
   `arr(shape)` allocates a replayed array with an adjoint; `accumulated` lists the arrays the kernels
   add into (zeroed before each replay)."""
 
-  def __init__(self, mjm: mujoco.MjModel, m, P, arr, accumulated, *, qpos, qvel, qacc, xpos, xquat, site_xpos, com,
-               cdof, qfrc_passive, qfrc_constraint, jtdj):
+  def __init__(self, mjm: mujoco.MjModel, m, P, arr, accumulated, *, qpos, qvel, qacc, site_xpos, geom_xpos, geom_xmat,
+               com, cdof, qfrc_passive, qfrc_constraint, jtdj):
     off = int(mjm.opt.disableflags)
     dsbl = mujoco.mjtDisableBit
     n, nt, nv = qpos.shape[0], mjm.ntendon, mjm.nv
@@ -331,10 +318,6 @@ class TendonRows:
                 m.tendon_site_pair_adr, m.wrap_site_pair_adr, site_xpos, com, cdof], [self.length, self.J])
     if m.wrap_geom_adr.shape[0]:
       # stretches wrapping around spheres and cylinders, from the geoms' replayed frames
-      ng = mjm.ngeom
-      geom_xpos, geom_xquat, geom_xmat = arr((n, ng), wp.vec3), arr((n, ng), wp.quat), arr((n, ng), wp.mat33)
-      P.launch("state", _site_frames, (n, ng), [m.geom_bodyid, m.geom_pos, m.geom_quat, xpos, xquat],
-               [geom_xpos, geom_xquat, geom_xmat])
       P.launch("state", _geom_segments, (n, m.wrap_geom_adr.shape[0]),
                [m.body_rootid, m.body_isdofancestor, m.geom_bodyid, m.geom_size, m.site_bodyid, m.wrap_type,
                 m.wrap_objid, m.wrap_prm, m.wrap_pulley_scale, m.tendon_geom_adr, m.wrap_geom_adr, site_xpos,
@@ -364,7 +347,6 @@ class TendonRows:
               m.tendon_solimp_lim, m.tendon_solref_fri, m.tendon_solimp_fri, m.tendon_frictionloss,
               m.tendon_invweight0, self.length, self.velocity, Ja], [self.force, self.D])
     P.launch("step", _row_forces, (n, nt, nv), [self.J, self.force], [qfrc_constraint])
-    self._limited = limited
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
