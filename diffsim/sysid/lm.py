@@ -174,8 +174,7 @@ class _LevenbergMarquardt:
       return
     self.jac = "forward"
     self.ne = self.prob.linearize(self.x, jacobian=self.jac)
-    if hasattr(self, "f"):
-      self.f = self.ne.cost.copy()
+    self.f = self.ne.cost.copy()
 
   def _refine_directional(self) -> None:
     """`"auto"` on the directional Jacobian: where a start's steps stopped lowering the cost before
