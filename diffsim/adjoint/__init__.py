@@ -29,7 +29,7 @@ is written by hand (the quaternion exponential's right Jacobian for ball and fre
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
 is checked up front (`analytic_coverage`): a model feature the adjoint does not differentiate
-(the noslip solver, tendon armature, flexes, ...) makes `gradient="auto"` fall back to the
+(the noslip solver, flexes, adhesion, ...) makes `gradient="auto"` fall back to the
 finite-difference lanes, and `gradient="analytic"` an error that names it. Contact rows join the same
 constraint solve, their Jacobians rebuilt from the frozen contact set (`contacts.py`).
 
@@ -40,7 +40,7 @@ One file per stage:
   kinematics.py   frames, com, cinert, cdof, velocities, site frames
   dynamics.py     recursive Newton-Euler, passive forces, damping and free-body gyroscopic terms
   actuation.py    actuator forces, activation dynamics, actuator velocity gains
-  tendons.py      tendon lengths, Jacobians, springs and dampers, limit and friction rows; tendon and
+  tendons.py      tendon lengths, Jacobians, springs, dampers and armature, limit and friction rows; tendon and
                   site transmissions (`TendonRows`, `record_transmissions`)
   wraps.py        tendon stretches wrapping around spheres and cylinders
   sensors.py      the covered sensors

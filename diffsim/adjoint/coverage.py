@@ -99,6 +99,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
     if inertial and tendon_rows:
       return (f"inertial parameter {inertial[0]} in a model with tendon limits or tendon friction (their "
               "softness reads tendon_invweight0, which the adjoint does not differentiate)")
+    if inertial and mjm.ntendon and mjm.tendon_armature.any():
+      return (f"inertial parameter {inertial[0]} in a model with rows and tendon armature (the rows' softness "
+              "reads the mass matrix at qpos0, whose tendon part the adjoint does not replay there)")
   if mjm.nflex or mjm.nplugin:
     return "flexes or plugins"
   if mjm.nmocap:
@@ -153,9 +156,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
 
 def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
   """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders,
-  with springs, dampers, limits, friction and actuators; not side sites inside their geom or on
-  another body, tendon armature, polynomial springs and dampers, plasticity, actuator force limits,
-  nor implicitfast's tendon damping (a dense velocity derivative)."""
+  with springs, dampers, limits, friction, armature (MuJoCo refuses it on a wrapping tendon) and
+  actuators; not side sites inside their geom or on another body, polynomial springs and dampers,
+  plasticity, actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
   for t in range(mjm.ntendon):
     name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
     wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
@@ -165,8 +168,6 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
       why = _side_site_uncovered(mjm, j)
       if why:
         return f"{name}'s {why}"
-    if mjm.tendon_armature[t]:
-      return f"{name}'s armature"
     if np.any(mjm.tendon_stiffnesspoly[t]) or np.any(mjm.tendon_dampingpoly[t]):
       return f"{name}'s polynomial stiffness or damping"
     if mjm.tendon_plasticadr[t] >= 0:

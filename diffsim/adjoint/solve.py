@@ -27,12 +27,16 @@ def _mass_matrix(
   cinert: wp.array2d[vec10],
   cdof: wp.array2d[wp.spatial_vector],
   crb: wp.array2d[vec10],  # (nworld, nbody) scratch
+  tendon_armature: wp.array2d[float],  # (nbatch, ntendon)
+  ten_J: wp.array3d[float],  # (nworld, ntendon, nv) replayed tendon Jacobians
+  nten: int,  # tendons whose armature to add (0: none)
   # Out:
   M_out: wp.array3d[float],  # (nworld, nv, nv) M, dense
   H_out: wp.array3d[float],  # (nworld, nv, nv) Cholesky factor of M + h_damp diag(bdiag), lower
 ):
-  """Composite-rigid-body mass matrix (MJWarp's `crb`), dense, and the factor of the matrix the
-  Euler (or implicitfast) step solves with, `M + h B`."""
+  """Composite-rigid-body mass matrix (MJWarp's `crb`) plus the tendons' `armature J^T J` on the
+  tree's ancestor pairs (`mj_tendonArmature`), dense, and the factor of the matrix the Euler (or
+  implicitfast) step solves with, `M + h B`."""
   w = wp.tid()
   nbody = body_subtreenum.shape[0]
   nv = dof_bodyid.shape[0]
@@ -54,6 +58,19 @@ def _mass_matrix(
       M_out[w, i, j] = v
       M_out[w, j, i] = v
       j = dof_parentid[j]
+  for t in range(nten):
+    a = tendon_armature[w % tendon_armature.shape[0], t]
+    for i in range(nv):
+      ji = a * ten_J[w, t, i]
+      if ji != 0.0:
+        # plain reads and writes, not `+=`: one thread per world owns M (deterministic mode's atomics)
+        M_out[w, i, i] = M_out[w, i, i] + ji * ten_J[w, t, i]
+        j = dof_parentid[i]
+        while j >= 0:
+          v = ji * ten_J[w, t, j]
+          M_out[w, i, j] = M_out[w, i, j] + v
+          M_out[w, j, i] = M_out[w, j, i] + v
+          j = dof_parentid[j]
   for i in range(nv):
     for j in range(i + 1):
       v = M_out[w, i, j]

@@ -384,7 +384,7 @@ class AnalyticStep:
     if mjm.ntendon:
       self.tendons = TendonRows(mjm, m, P, arr, accumulated, qpos=self.qpos, qvel=self.qvel, qacc=self.qacc,
                                 site_xpos=site_xpos, geom_xpos=geom_xpos, geom_xmat=geom_xmat, com=com, cdof=cdof,
-                                qfrc_passive=qfrc_passive, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
+                                cvel=cvel, qfrc_passive=qfrc_passive, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     # tendon and site transmissions' lengths, velocities and moments (dummies without them)
     trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
                                site_xmat=site_xmat, com=com, cdof=cdof)
@@ -422,6 +422,8 @@ class AnalyticStep:
       P.launch("step", _body_forces, (n, nb), [cinert, cvel, cacc], [cfrc])
       P.launch("step", _subtree_forces, n, [m.body_subtreenum, cfrc], [cfrc_int])
       P.launch("step", _joint_forces, (n, nv), [m.dof_bodyid, m.dof_armature, acc, cdof, cfrc_int], [tau])
+      if self.tendons is not None:
+        self.tendons.inertia(acc, cacc, tau)
 
     self.tau_e, self.tau_a = arr((n, nv)), arr((n, nv))
     rne(self.qacc_e, self.tau_e)
@@ -462,6 +464,9 @@ class AnalyticStep:
                        **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}),
                        **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
+    # the tendon Jacobians and count the mass matrix adds armature with
+    self.ten_armature = (self.tendons.J, mjm.ntendon) if self.tendons is not None and self.tendons.armature else \
+      (z((1, 1, 1)), 0)
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
     self.A_free = z((n, max(self.nfree, 1)), mat66)
@@ -486,7 +491,8 @@ class AnalyticStep:
       return
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, self.h_damp, self.bdiag,
-                      self.cinert, self.cdof, self.crb], outputs=[self.M, self.L])
+                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature],
+              outputs=[self.M, self.L])
     wp.launch(_damped_acceleration, dim=n, device=s.device, inputs=[self.M, self.L, self.qacc], outputs=[self.qacc_e])
     if self.nfree:
       wp.launch(_free_body_acceleration, dim=(n, self.nfree), device=s.device,

@@ -1,12 +1,17 @@
 """Tendons and non-joint transmissions, replayed differentiably: fixed and spatial tendon lengths
-and Jacobians, their springs and dampers, their limit and friction rows, and the moment arms of tendon
-and site actuators.
+and Jacobians, their springs, dampers and armature, their limit and friction rows, and the moment
+arms of tendon and site actuators.
 
 A fixed tendon is `L = sum_k coef_k q_k`; a spatial tendon through sites (and pulleys, which divide
 the branches after them) is the sum of its straight segments' lengths, each Jacobian row
 `vec . (jac(p1) - jac(p0))` for the segment's unit direction `vec` (MJWarp's `_joint_tendon`,
 `_spatial_site_tendon`), rebuilt from the replayed site frames, so the Jacobian's own dependence on
 `q` is differentiated; stretches wrapping around spheres and cylinders are `wraps.py`'s.
+
+Armature `A` adds the tendon's inertia to inverse dynamics: `J^T A (J a + Jdot v)`, the bracket the
+tendon's acceleration, built from the replayed site accelerations (`TendonRows.inertia`), and
+`A J^T J` to the mass matrix (`solve._mass_matrix`), both only on pairs of dofs where one is the
+other's ancestor, as MuJoCo's `mj_tendonArmature` adds it into the tree's sparsity.
 
 Rows (MJWarp's `_limit_tendon`, `_friction_tendon`) follow `constraints.py`: a limit row
 `-D (J a - aref)` where the limit pushes, a friction row `-D (J a - aref)` inside
@@ -108,6 +113,129 @@ def _site_segments(
         lin = wp.spatial_bottom(cd)
         jp = a1 * (lin + wp.cross(ang, off1)) - a0 * (lin + wp.cross(ang, off0))
         wp.atomic_add(J_out, w, t, i, scale * wp.dot(vec, jp))
+
+
+@wp.func
+def _point_motion(w: int, b: int, p: wp.vec3, c: wp.vec3, cvel: wp.array2d[wp.spatial_vector],
+                  cacc: wp.array2d[wp.spatial_vector], g: wp.vec3) -> wp.mat33:
+  """The world velocity (row 0) and acceleration (row 1) of the point `p` fixed to body `b`, from the
+  body's spatial velocity and the replayed `mj_rne` acceleration about `c` (its root's subtree com);
+  `g` is the gravity `_accelerations` put into every moving body's acceleration, taken out here."""
+  v = cvel[w, b]
+  a = cacc[w, b]
+  r = p - c
+  vel = wp.spatial_bottom(v) + wp.cross(wp.spatial_top(v), r)
+  acc = wp.spatial_bottom(a) + wp.cross(wp.spatial_top(a), r) + wp.cross(wp.spatial_top(v), vel)
+  if b > 0:
+    acc += g
+  return wp.matrix_from_rows(vel, acc, wp.vec3(0.0))
+
+
+@wp.kernel
+def _site_segment_acc(
+  # Model:
+  opt_gravity: wp.array[wp.vec3],
+  gravity_on: float,
+  body_rootid: wp.array[int],
+  site_bodyid: wp.array[int],
+  wrap_objid: wp.array[int],
+  wrap_pulley_scale: wp.array[float],
+  tendon_armature: wp.array2d[float],
+  tendon_site_pair_adr: wp.array[int],
+  wrap_site_pair_adr: wp.array[int],
+  # In (replayed):
+  site_xpos: wp.array2d[wp.vec3],
+  com: wp.array2d[wp.vec3],
+  cvel: wp.array2d[wp.spatial_vector],
+  cacc: wp.array2d[wp.spatial_vector],
+  # Out (zeroed):
+  acc_out: wp.array2d[float],  # (nworld, ntendon) tendon accelerations J a + Jdot v
+):
+  """A straight segment's part of its tendon's acceleration, `u . (a1 - a0) + (|dv|^2 - (u . dv)^2) / L`
+  over the pulleys' divisor (`u`: unit direction, `L`: length, `dv`, `a1 - a0`: the sites' relative
+  velocity and acceleration); only tendons with armature read it."""
+  w, e = wp.tid()
+  t = tendon_site_pair_adr[e]
+  if tendon_armature[w % tendon_armature.shape[0], t] == 0.0:
+    return
+  j = wrap_site_pair_adr[e]
+  s0 = wrap_objid[j]
+  s1 = wrap_objid[j + 1]
+  b0 = site_bodyid[s0]
+  b1 = site_bodyid[s1]
+  p0 = site_xpos[w, s0]
+  p1 = site_xpos[w, s1]
+  dif = p1 - p0
+  length = wp.length(dif)
+  if b0 == b1 or length < _MINVAL:
+    return
+  g = opt_gravity[w % opt_gravity.shape[0]] * gravity_on
+  m0 = _point_motion(w, b0, p0, com[w, body_rootid[b0]], cvel, cacc, g)
+  m1 = _point_motion(w, b1, p1, com[w, body_rootid[b1]], cvel, cacc, g)
+  u = dif / length
+  dv = m1[0] - m0[0]
+  udv = wp.dot(u, dv)
+  lddot = wp.dot(u, m1[1] - m0[1]) + (wp.dot(dv, dv) - udv * udv) / length
+  wp.atomic_add(acc_out, w, t, wrap_pulley_scale[j] * lddot)
+
+
+@wp.kernel
+def _joint_wrap_acc(
+  # Model:
+  jnt_dofadr: wp.array[int],
+  wrap_objid: wp.array[int],
+  wrap_prm: wp.array[float],
+  tendon_armature: wp.array2d[float],
+  tendon_jnt_adr: wp.array[int],
+  wrap_jnt_adr: wp.array[int],
+  # In:
+  qacc: wp.array2d[float],
+  # Out (zeroed):
+  acc_out: wp.array2d[float],  # (nworld, ntendon)
+):
+  """A fixed tendon's acceleration `sum_k coef_k qacc_k` (its Jacobian is constant)."""
+  w, e = wp.tid()
+  t = tendon_jnt_adr[e]
+  if tendon_armature[w % tendon_armature.shape[0], t] == 0.0:
+    return
+  j = wrap_jnt_adr[e]
+  wp.atomic_add(acc_out, w, t, wrap_prm[j] * qacc[w, jnt_dofadr[wrap_objid[j]]])
+
+
+@wp.kernel
+def _armature_force(
+  # Model:
+  tendon_armature: wp.array2d[float],
+  # In:
+  J: wp.array3d[float],  # (nworld, ntendon, nv)
+  acc: wp.array2d[float],  # (nworld, ntendon)
+  # Out:
+  tau_out: wp.array2d[float],  # (nworld, nv) += J^T armature acc
+):
+  w, t, i = wp.tid()
+  a = tendon_armature[w % tendon_armature.shape[0], t]
+  if a != 0.0:
+    wp.atomic_add(tau_out, w, i, J[w, t, i] * a * acc[w, t])
+
+
+@wp.kernel
+def _armature_unrelated(
+  # Model:
+  tendon_armature: wp.array2d[float],
+  # Tables:
+  pairs: wp.array[wp.vec3i],  # (npair,) (tendon, dof i, dof j), i and j on different branches
+  # In:
+  J: wp.array3d[float],
+  qacc: wp.array2d[float],
+  # Out:
+  tau_out: wp.array2d[float],  # (nworld, nv)
+):
+  """Takes out of `J^T armature J qacc` the pairs of dofs where neither is the other's ancestor: MuJoCo
+  adds the tendon's `armature J^T J` only into the mass matrix's tree sparsity (`mj_tendonArmature`)."""
+  w, e = wp.tid()
+  p = pairs[e]
+  a = tendon_armature[w % tendon_armature.shape[0], p[0]]
+  wp.atomic_add(tau_out, w, p[1], -a * J[w, p[0], p[1]] * J[w, p[0], p[2]] * qacc[w, p[2]])
 
 
 @wp.kernel
@@ -301,12 +429,19 @@ class TendonRows:
   add into (zeroed before each replay)."""
 
   def __init__(self, mjm: mujoco.MjModel, m, P, arr, accumulated, *, qpos, qvel, qacc, site_xpos, geom_xpos, geom_xmat,
-               com, cdof, qfrc_passive, qfrc_constraint, jtdj):
+               com, cdof, cvel, qfrc_passive, qfrc_constraint, jtdj):
     off = int(mjm.opt.disableflags)
     dsbl = mujoco.mjtDisableBit
     n, nt, nv = qpos.shape[0], mjm.ntendon, mjm.nv
     h = float(mjm.opt.timestep)
     self.length, self.J, self.velocity = arr((n, nt)), arr((n, nt, nv)), arr((n, nt))
+    self._m, self._P, self._arr, self._accumulated = m, P, arr, accumulated
+    self._frames = (site_xpos, com, cvel)
+    self._gravity_on = 0.0 if off & dsbl.mjDSBL_GRAVITY else 1.0
+    # tendon armature: the inertia `armature J^T J` (mass matrix) and its velocity term (`armature`)
+    self.armature = bool(mjm.tendon_armature.any())
+    pairs = _unrelated_pairs(mjm) if self.armature else []
+    self._pairs = wp.array(np.array(pairs, np.int32).reshape(-1, 3), dtype=wp.vec3i, device=P.device) if pairs else None
     accumulated.extend([self.length, self.J, self.velocity])
     if m.wrap_jnt_adr.shape[0]:
       P.launch("state", _joint_wraps, (n, m.wrap_jnt_adr.shape[0]),
@@ -348,8 +483,63 @@ class TendonRows:
               m.tendon_invweight0, self.length, self.velocity, Ja], [self.force, self.D])
     P.launch("step", _row_forces, (n, nt, nv), [self.J, self.force], [qfrc_constraint])
 
+  def inertia(self, qacc, cacc, tau) -> None:
+    """Records (segment "step") the armature forces `J^T armature (J qacc + Jdot qvel)` into `tau`, the
+    inverse dynamics at the acceleration `qacc` whose `mj_rne` body accelerations are `cacc`: the
+    tendon acceleration from the sites' accelerations, so the Jacobian's rate needs no kernel of its
+    own (MJWarp's `tendon_armature` into M and `tendon_bias` into qfrc_bias)."""
+    if not self.armature:
+      return
+    m, P = self._m, self._P
+    n, nt, nv = self.J.shape
+    site_xpos, com, cvel = self._frames
+    acc = self._arr((n, nt))
+    self._accumulated.append(acc)
+    if m.wrap_jnt_adr.shape[0]:
+      P.launch("step", _joint_wrap_acc, (n, m.wrap_jnt_adr.shape[0]),
+               [m.jnt_dofadr, m.wrap_objid, m.wrap_prm, m.tendon_armature, m.tendon_jnt_adr, m.wrap_jnt_adr, qacc],
+               [acc])
+    if m.wrap_site_pair_adr.shape[0]:
+      P.launch("step", _site_segment_acc, (n, m.wrap_site_pair_adr.shape[0]),
+               [m.opt.gravity, self._gravity_on, m.body_rootid, m.site_bodyid, m.wrap_objid, m.wrap_pulley_scale,
+                m.tendon_armature, m.tendon_site_pair_adr, m.wrap_site_pair_adr, site_xpos, com, cvel, cacc], [acc])
+    P.launch("step", _armature_force, (n, nt, nv), [m.tendon_armature, self.J, acc], [tau])
+    if self._pairs is not None:
+      P.launch("step", _armature_unrelated, (n, self._pairs.shape[0]), [m.tendon_armature, self._pairs, self.J, qacc],
+               [tau])
+
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
     if self.any_rows:
       n, nt, nv = self.J.shape
       wp.launch(_tendon_jtdj, dim=(n, nt, nv), device=self.J.device, inputs=[self.J, self.D], outputs=[self.jtdj])
+
+
+def _unrelated_pairs(mjm: mujoco.MjModel) -> list[tuple[int, int, int]]:
+  """`(tendon, i, j)` for each tendon with armature and each pair of dofs it may move where neither dof
+  is the other's ancestor (its Jacobian's support: a fixed tendon's joints, the dofs above a spatial
+  tendon's sites)."""
+  def chain(i):
+    out = set()
+    while i >= 0:
+      out.add(int(i))
+      i = mjm.dof_parentid[i]
+    return out
+
+  above = [chain(i) for i in range(mjm.nv)]
+  pairs = []
+  for t in np.flatnonzero(mjm.tendon_armature):
+    adr, num = mjm.tendon_adr[t], mjm.tendon_num[t]
+    support = set()
+    for k in range(adr, adr + num):
+      typ, obj = mjm.wrap_type[k], mjm.wrap_objid[k]
+      if typ == mujoco.mjtWrap.mjWRAP_JOINT:
+        support.add(int(mjm.jnt_dofadr[obj]))
+      elif typ == mujoco.mjtWrap.mjWRAP_SITE:
+        b = mjm.site_bodyid[obj]
+        while b > 0:
+          support |= set(range(mjm.body_dofadr[b], mjm.body_dofadr[b] + mjm.body_dofnum[b]))
+          b = mjm.body_parentid[b]
+    pairs += [(int(t), i, j) for i in sorted(support) for j in sorted(support)
+              if i not in above[j] and j not in above[i]]
+  return pairs
