@@ -478,8 +478,8 @@ def _contact_geometry(
     # capsules' core points slide along their axes (the segments' closest points; see _contact_locals)
     s1 = wp.length_sq(axis1[c]) > 0.0
     s2 = wp.length_sq(axis2[c]) > 0.0
-    a1 = R1 @ axis1[c]
-    a2 = R2 @ axis2[c]
+    a1 = wp.normalize(R1 @ axis1[c])  # unit length again (float32's rounding of the frozen axes)
+    a2 = wp.normalize(R2 @ axis2[c])
     if s1 and s2:
       # two lines: the closest points (not parallel: MJWarp's parallel capsules touch at segment ends)
       w0 = q1 - q2
