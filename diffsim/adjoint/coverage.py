@@ -155,19 +155,15 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
 
 
 def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
-  """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders,
-  with springs, dampers, limits, friction, armature (MuJoCo refuses it on a wrapping tendon) and
-  actuators; not side sites inside their geom or on another body, polynomial springs and dampers,
-  plasticity, actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
+  """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders
+  (side sites outside or inside the geom), with springs, dampers, limits, friction, armature (MuJoCo
+  refuses it on a wrapping tendon) and actuators; not polynomial springs and dampers, plasticity,
+  actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
   for t in range(mjm.ntendon):
     name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
     wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
     if not np.isin(wraps, _WRAPS).all():
       return f"{name}'s wrap objects (joints, sites, pulleys, spheres and cylinders only)"
-    for j in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
-      why = _side_site_uncovered(mjm, j)
-      if why:
-        return f"{name}'s {why}"
     if np.any(mjm.tendon_stiffnesspoly[t]) or np.any(mjm.tendon_dampingpoly[t]):
       return f"{name}'s polynomial stiffness or damping"
     if mjm.tendon_plasticadr[t] >= 0:
@@ -178,24 +174,6 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
         not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER:
       return (f"{name}'s damping with the implicitfast integrator (its dense velocity derivative; Euler "
               "integrates it explicitly)")
-  return None
-
-
-def _side_site_uncovered(mjm: mujoco.MjModel, j: int) -> str | None:
-  """A wrap's side site inside its geom takes MuJoCo's iterative inside wrap (not replayed); one on
-  another body could move inside it."""
-  if mjm.wrap_type[j] not in (int(_W.mjWRAP_SPHERE), int(_W.mjWRAP_CYLINDER)) or mjm.wrap_prm[j] < 0:
-    return None
-  g, site = int(mjm.wrap_objid[j]), int(round(mjm.wrap_prm[j]))
-  if mjm.site_bodyid[site] != mjm.geom_bodyid[g]:
-    return "side site on another body than its wrap geom (it could move inside the geom)"
-  # both in the body's frame: the site relative to the geom, in the geom's frame
-  R = np.zeros(9)
-  mujoco.mju_quat2Mat(R, mjm.geom_quat[g])
-  local = R.reshape(3, 3).T @ (mjm.site_pos[site] - mjm.geom_pos[g])
-  dist = np.linalg.norm(local if mjm.wrap_type[j] == int(_W.mjWRAP_SPHERE) else local[:2])
-  if dist < mjm.geom_size[g, 0]:
-    return "side site inside its wrap geom (MuJoCo's iterative inside wrap)"
   return None
 
 

@@ -21,17 +21,21 @@ class _Program:
     self.grads[id(a)] = g
     return g
 
-  def launch(self, segment: str, kernel, dim, inputs, outputs):
-    self.segments.setdefault(segment, []).append((kernel, dim, inputs, outputs))
+  def launch(self, segment: str, kernel, dim, inputs, outputs, backward: bool = True):
+    """Records a launch; `backward=False`: forward only (a discrete choice or an iterate the reverse
+    pass treats as a constant; its outputs get no adjoint)."""
+    self.segments.setdefault(segment, []).append((kernel, dim, inputs, outputs, backward))
 
   def forward(self, segment: str):
-    for kernel, dim, inputs, outputs in self.segments.get(segment, ()):
+    for kernel, dim, inputs, outputs, _ in self.segments.get(segment, ()):
       wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=self.device)
 
   def _adj(self, a):
     return self.grads.get(id(a)) if isinstance(a, wp.array) else None
 
   def backward(self, segment: str):
-    for kernel, dim, inputs, outputs in reversed(self.segments.get(segment, ())):
+    for kernel, dim, inputs, outputs, backward in reversed(self.segments.get(segment, ())):
+      if not backward:
+        continue
       wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=self.device, adjoint=True,
                 adj_inputs=[self._adj(a) for a in inputs], adj_outputs=[self._adj(a) for a in outputs])

@@ -33,7 +33,7 @@ from mujoco_warp._src.types import vec5
 
 from .constraints import _friction_row, _one_sided_row
 from .spatial import _MINVAL
-from .wraps import _geom_segments
+from .wraps import _geom_segments, _inside_wraps
 
 __all__ = ["TendonRows", "record_transmissions"]
 
@@ -451,12 +451,18 @@ class TendonRows:
       P.launch("state", _site_segments, (n, m.wrap_site_pair_adr.shape[0]),
                [m.body_rootid, m.body_isdofancestor, m.site_bodyid, m.wrap_objid, m.wrap_pulley_scale,
                 m.tendon_site_pair_adr, m.wrap_site_pair_adr, site_xpos, com, cdof], [self.length, self.J])
-    if m.wrap_geom_adr.shape[0]:
-      # stretches wrapping around spheres and cylinders, from the geoms' replayed frames
-      P.launch("state", _geom_segments, (n, m.wrap_geom_adr.shape[0]),
+    ngw = m.wrap_geom_adr.shape[0]
+    if ngw:
+      # stretches wrapping around spheres and cylinders, from the geoms' replayed frames; inside wraps'
+      # Newton roots first, forward only (no adjoint: `wraps.py`)
+      inside, phi = wp.zeros((n, ngw), dtype=int, device=P.device), wp.zeros((n, ngw), device=P.device)
+      P.launch("state", _inside_wraps, (n, ngw),
+               [m.geom_size, m.wrap_type, m.wrap_objid, m.wrap_prm, m.wrap_geom_adr, site_xpos, geom_xpos, geom_xmat],
+               [inside, phi], backward=False)
+      P.launch("state", _geom_segments, (n, ngw),
                [m.body_rootid, m.body_isdofancestor, m.geom_bodyid, m.geom_size, m.site_bodyid, m.wrap_type,
                 m.wrap_objid, m.wrap_prm, m.wrap_pulley_scale, m.tendon_geom_adr, m.wrap_geom_adr, site_xpos,
-                geom_xpos, geom_xmat, com, cdof], [self.length, self.J])
+                geom_xpos, geom_xmat, com, cdof, inside, phi], [self.length, self.J])
     P.launch("state", _row_dot, (n, nt, nv), [self.J, qvel], [self.velocity])
     spring = 0.0 if off & dsbl.mjDSBL_SPRING else 1.0
     damper = 0.0 if off & dsbl.mjDSBL_DAMPER else 1.0

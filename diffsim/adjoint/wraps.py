@@ -7,8 +7,14 @@ The wrap's discrete choices (whether the straight segment clears the geom, which
 tangent solutions, the side site's orientation) are made on the replayed values, which at the
 replayed state are MJWarp's own, and the tangent points and arc are the closed-form functions of the
 sites and the geom's pose within that branch, so the length, the Jacobian
-`vec . (jac(tangent point) - jac(site))` and its dependence on `q` are differentiated exactly. A side
-site inside the geom takes MuJoCo's iterative inside wrap, which `coverage.py` refuses.
+`vec . (jac(tangent point) - jac(site))` and its dependence on `q` are differentiated exactly.
+
+A side site inside the geom takes MuJoCo's inside wrap (MJWarp's `wrap_inside`): the path touches
+the circle at one point, the root `phi` of `asin(A sin phi) + asin(B sin phi) - 2 phi + G = 0` (`A`, `B`:
+the radius over the sites' distances from the centre, `G` the angle between them), which MuJoCo finds
+by Newton's method. The iteration runs forward only (`_inside_wraps`, MJWarp's steps and fallbacks);
+the differentiable replay takes one more Newton step from its root with the root held constant,
+`phi = phi* - F(phi*) / F'(phi*)`, whose derivative is the implicit function theorem's `-F_theta / F'`.
 """
 
 from __future__ import annotations
@@ -119,11 +125,171 @@ def _wrap_circle(end0: wp.vec2, end1: wp.vec2, side: wp.vec2, has_side: bool,
   return wlen, pnt0, pnt1
 
 
+_INSIDE_NONE, _INSIDE_AVERAGE, _INSIDE_ROOT = -1, 0, 1  # `_inside_wraps`' outcomes
+
+
+@wp.func
+def _inside_f(phi: float, A: float, B: float, G: float) -> wp.vec2:
+  """The inside wrap's equation `F(phi)` and its derivative `F'(phi)`."""
+  z = wp.sin(phi)
+  df = wp.cos(phi) * (A / wp.max(_MINVAL, wp.sqrt(1.0 - z * z * A * A)) +
+                      B / wp.max(_MINVAL, wp.sqrt(1.0 - z * z * B * B))) - 2.0
+  return wp.vec2(wp.asin(A * z) + wp.asin(B * z) - 2.0 * phi + G, df)
+
+
+@wp.func
+def _inside_setup(end0: wp.vec2, end1: wp.vec2, radius: float) -> wp.vec4:
+  """`(outcome, A, B, cos G)` of the inside wrap before its iteration (MJWarp's `wrap_inside`):
+  `_INSIDE_NONE` where a site is inside the circle or the segment crosses it, `_INSIDE_AVERAGE` where
+  MuJoCo falls back to the sites' mean direction, else `_INSIDE_ROOT` (iterate)."""
+  len0 = wp.length(end0)
+  len1 = wp.length(end1)
+  dif = end1 - end0
+  dd = wp.dot(dif, dif)
+  out = wp.vec4(float(_INSIDE_NONE), 0.0, 0.0, 0.0)
+  if len0 > radius and len1 > radius and radius >= _MINVAL and len0 >= _MINVAL and len1 >= _MINVAL:
+    crosses = False
+    if dd > _MINVAL:
+      a = -wp.dot(dif, end0) / dd
+      if a > 0.0 and a < 1.0:
+        crosses = wp.length(end0 + a * dif) <= radius
+    if not crosses:
+      A = radius / len0
+      B = radius / len1
+      cosG = (len0 * len0 + len1 * len1 - dd) / (2.0 * len0 * len1)
+      out = wp.vec4(float(_INSIDE_ROOT), A, B, cosG)
+      if cosG < -1.0 + _MINVAL:
+        out = wp.vec4(float(_INSIDE_NONE), A, B, cosG)
+      elif cosG > 1.0 - _MINVAL or wp.asin(A) + wp.asin(B) - wp.pi + wp.acos(cosG) > 0.0:
+        out = wp.vec4(float(_INSIDE_AVERAGE), A, B, cosG)
+  return out
+
+
+@wp.func
+def _inside_wrap(end0: wp.vec2, end1: wp.vec2, radius: float, outcome: int, phi_root: float
+                 ) -> Tuple[float, wp.vec2]:
+  """The inside wrap's length (0, or -1: no wrap) and its one contact point, differentiably: from
+  the forward-only root `phi_root` one Newton step (see the module docstring)."""
+  wlen = float(-1.0)
+  pnt = wp.vec2(0.0)
+  if outcome == _INSIDE_AVERAGE:
+    wlen = 0.0
+    pnt = radius * wp.normalize(0.5 * (end0 + end1))
+  elif outcome == _INSIDE_ROOT:
+    s = _inside_setup(end0, end1, radius)
+    A = s[1]
+    B = s[2]
+    f = _inside_f(phi_root, A, B, wp.acos(s[3]))
+    phi = phi_root - f[0] / f[1]
+    z = wp.sin(phi)
+    vec = end1
+    ang = phi - wp.asin(B * z)
+    if end0[0] * end1[1] - end0[1] * end1[0] > 0.0:
+      vec = end0
+      ang = phi - wp.asin(A * z)
+    vec = wp.normalize(vec)
+    wlen = 0.0
+    pnt = radius * wp.vec2(wp.cos(ang) * vec[0] - wp.sin(ang) * vec[1], wp.sin(ang) * vec[0] + wp.cos(ang) * vec[1])
+  return wlen, pnt
+
+
+@wp.func
+def _wrap_plane(x0: wp.vec3, x1: wp.vec3, pos: wp.vec3, mat: wp.mat33, wrap_type: int) -> wp.mat33:
+  """The wrap's 2D frame in the geom's frame: rows `axis0`, `axis1` (a sphere's: the plane of its
+  centre and the two points; a cylinder's: its cross-section) and, third, a zero row."""
+  matT = wp.transpose(mat)
+  p0 = matT @ (x0 - pos)
+  p1 = matT @ (x1 - pos)
+  axis0 = wp.vec3(1.0, 0.0, 0.0)
+  axis1 = wp.vec3(0.0, 1.0, 0.0)
+  if wrap_type == _WRAP_SPHERE:
+    axis0 = wp.normalize(p0)
+    normal = wp.cross(p0, p1)
+    if wp.length(normal) < _MINVAL:
+      # p0, p1 parallel: a normal from the axis across p0's largest component
+      a = wp.abs(axis0)
+      other = wp.vec3(0.0, 1.0, 1.0)
+      if a[1] > a[0] and a[1] > a[2]:
+        other = wp.vec3(1.0, 0.0, 1.0)
+      if a[2] > a[0] and a[2] > a[1]:
+        other = wp.vec3(1.0, 1.0, 0.0)
+      normal = wp.cross(axis0, other)
+    normal = wp.normalize(normal)
+    axis1 = wp.normalize(wp.cross(normal, axis0))
+  return wp.matrix_from_rows(axis0, axis1, wp.vec3(0.0))
+
+
+@wp.func
+def _side_inside(side: wp.vec3, pos: wp.vec3, mat: wp.mat33, radius: float) -> bool:
+  """Whether the side site takes the inside wrap (MJWarp: its distance from the centre, in 3D)."""
+  return wp.length(wp.transpose(mat) @ (side - pos)) < radius
+
+
+@wp.kernel(enable_backward=False)
+def _inside_wraps(
+  # Model:
+  geom_size: wp.array2d[wp.vec3],
+  wrap_type: wp.array[int],
+  wrap_objid: wp.array[int],
+  wrap_prm: wp.array[float],
+  wrap_geom_adr: wp.array[int],
+  # In (replayed):
+  site_xpos: wp.array2d[wp.vec3],
+  geom_xpos: wp.array2d[wp.vec3],
+  geom_xmat: wp.array2d[wp.mat33],
+  # Out:
+  outcome_out: wp.array2d[int],  # (nworld, nwrapgeom) `_INSIDE_*`, or -2 where the wrap is not inside
+  phi_out: wp.array2d[float],  # (nworld, nwrapgeom) the root, where `_INSIDE_ROOT`
+):
+  """Forward only: MJWarp's Newton iteration of the inside wraps (`wrap_inside`), its root and outcome."""
+  w, e = wp.tid()
+  j = wrap_geom_adr[e]
+  g = wrap_objid[j]
+  sideid = int(wp.round(wrap_prm[j]))
+  outcome_out[w, e] = -2
+  phi_out[w, e] = 0.0
+  pos = geom_xpos[w, g]
+  mat = geom_xmat[w, g]
+  radius = geom_size[w % geom_size.shape[0], g][0]
+  if sideid < 0 or not _side_inside(site_xpos[w, sideid], pos, mat, radius):
+    return
+  x0 = site_xpos[w, wrap_objid[j - 1]]
+  x1 = site_xpos[w, wrap_objid[j + 1]]
+  matT = wp.transpose(mat)
+  p0 = matT @ (x0 - pos)
+  p1 = matT @ (x1 - pos)
+  fr = _wrap_plane(x0, x1, pos, mat, wrap_type[j])
+  end0 = wp.vec2(wp.dot(p0, fr[0]), wp.dot(p0, fr[1]))
+  end1 = wp.vec2(wp.dot(p1, fr[0]), wp.dot(p1, fr[1]))
+  s = _inside_setup(end0, end1, radius)
+  outcome = int(s[0])
+  phi = float(0.5 * wp.pi)
+  if outcome == _INSIDE_ROOT:
+    G = wp.acos(s[3])
+    f = _inside_f(phi, s[1], s[2], G)
+    it = int(0)
+    while it < 20 and wp.abs(f[0]) > 1.0e-6 and outcome == _INSIDE_ROOT:
+      phi1 = phi - f[0] / f[1]
+      if f[1] > -_MINVAL or phi1 > phi:
+        outcome = _INSIDE_AVERAGE  # MuJoCo's "should not occur" exits
+      else:
+        phi = phi1
+        f = _inside_f(phi, s[1], s[2], G)
+        if f[0] > 1.0e-6:
+          outcome = _INSIDE_AVERAGE
+        it += 1
+    if it >= 20:
+      outcome = _INSIDE_AVERAGE
+  outcome_out[w, e] = outcome
+  phi_out[w, e] = phi
+
+
 @wp.func
 def _wrap(x0: wp.vec3, x1: wp.vec3, pos: wp.vec3, mat: wp.mat33, radius: float, wrap_type: int, side: wp.vec3,
-          has_side: bool) -> Tuple[float, wp.vec3, wp.vec3]:
+          has_side: bool, inside: int, phi_root: float) -> Tuple[float, wp.vec3, wp.vec3]:
   """The wrap of the segment `x0 x1` around a sphere or cylinder at `pos`, `mat` (MJWarp's
-  `util_misc.wrap`, outside side sites): the wrapped length (-1: no wrap) and the world tangent points."""
+  `util_misc.wrap`): the wrapped length (-1: no wrap) and the world tangent points. `inside`,
+  `phi_root`: `_inside_wraps`' outcome and root (-2: the side site is outside)."""
   matT = wp.transpose(mat)
   p0 = matT @ (x0 - pos)
   p1 = matT @ (x1 - pos)
@@ -131,22 +297,9 @@ def _wrap(x0: wp.vec3, x1: wp.vec3, pos: wp.vec3, mat: wp.mat33, radius: float, 
   w0 = wp.vec3(0.0)
   w1 = wp.vec3(0.0)
   if wp.length(p0) >= _MINVAL and wp.length(p1) >= _MINVAL:
-    axis0 = wp.vec3(1.0, 0.0, 0.0)
-    axis1 = wp.vec3(0.0, 1.0, 0.0)
-    if wrap_type == _WRAP_SPHERE:
-      axis0 = wp.normalize(p0)
-      normal = wp.cross(p0, p1)
-      if wp.length(normal) < _MINVAL:
-        # p0, p1 parallel: a normal from the axis across p0's largest component
-        a = wp.abs(axis0)
-        other = wp.vec3(0.0, 1.0, 1.0)
-        if a[1] > a[0] and a[1] > a[2]:
-          other = wp.vec3(1.0, 0.0, 1.0)
-        if a[2] > a[0] and a[2] > a[1]:
-          other = wp.vec3(1.0, 1.0, 0.0)
-        normal = wp.cross(axis0, other)
-      normal = wp.normalize(normal)
-      axis1 = wp.normalize(wp.cross(normal, axis0))
+    fr = _wrap_plane(x0, x1, pos, mat, wrap_type)
+    axis0 = fr[0]
+    axis1 = fr[1]
     end0 = wp.vec2(wp.dot(p0, axis0), wp.dot(p0, axis1))
     end1 = wp.vec2(wp.dot(p1, axis0), wp.dot(p1, axis1))
     side2 = wp.vec2(0.0)
@@ -157,7 +310,14 @@ def _wrap(x0: wp.vec3, x1: wp.vec3, pos: wp.vec3, mat: wp.mat33, radius: float, 
         side2 = wp.vec2(radius, 0.0)
       else:
         side2 = radius * wp.normalize(side2)
-    wl, pnt0, pnt1 = _wrap_circle(end0, end1, side2, has_side, radius)
+    wl = float(-1.0)
+    pnt0 = wp.vec2(0.0)
+    pnt1 = wp.vec2(0.0)
+    if inside >= _INSIDE_NONE:
+      wl, pnt0 = _inside_wrap(end0, end1, radius, inside, phi_root)
+      pnt1 = pnt0
+    else:
+      wl, pnt0, pnt1 = _wrap_circle(end0, end1, side2, has_side, radius)
     if wl >= 0.0:
       res0 = axis0 * pnt0[0] + axis1 * pnt0[1]
       res1 = axis0 * pnt1[0] + axis1 * pnt1[1]
@@ -170,7 +330,8 @@ def _wrap(x0: wp.vec3, x1: wp.vec3, pos: wp.vec3, mat: wp.mat33, radius: float, 
         z1 = p0[2] + (p1[2] - p0[2]) * (L0 + wl) / total
         res0 = wp.vec3(res0[0], res0[1], z0)
         res1 = wp.vec3(res1[0], res1[1], z1)
-        wl = wp.sqrt(wl * wl + (z1 - z0) * (z1 - z0))
+        if inside < _INSIDE_NONE:  # (an inside wrap's one point: no helix, and sqrt(0) has no derivative)
+          wl = wp.sqrt(wl * wl + (z1 - z0) * (z1 - z0))
       wlen = wl
       w0 = mat @ res0 + pos
       w1 = mat @ res1 + pos
@@ -205,6 +366,8 @@ def _geom_segments(
   geom_xmat: wp.array2d[wp.mat33],
   com: wp.array2d[wp.vec3],
   cdof: wp.array2d[wp.spatial_vector],
+  inside: wp.array2d[int],  # (nworld, nwrapgeom) `_inside_wraps`' outcomes (forward only)
+  phi_root: wp.array2d[float],  # (nworld, nwrapgeom) and roots
   # Out (zeroed):
   length_out: wp.array2d[float],  # (nworld, ntendon)
   J_out: wp.array3d[float],  # (nworld, ntendon, nv)
@@ -225,7 +388,7 @@ def _geom_segments(
   if sideid >= 0:
     side = site_xpos[w, sideid]
   wlen, w0, w1 = _wrap(x0, x1, geom_xpos[w, g], geom_xmat[w, g], geom_size[w % geom_size.shape[0], g][0],
-                       wrap_type[j], side, sideid >= 0)
+                       wrap_type[j], side, sideid >= 0, inside[w, e], phi_root[w, e])
   b0 = site_bodyid[s0]
   bg = geom_bodyid[g]
   b1 = site_bodyid[s1]
