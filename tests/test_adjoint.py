@@ -297,3 +297,59 @@ def test_humanoid_without_contacts():
   ctrl, qvel0 = _inputs(scene, 20, seed=1)
   r = diffsim.check_gradients(scene, ctrl, qvel0=0.6 * qvel0, wrt=("ctrl", "qvel0"), gradient="analytic")
   assert r.max_rel_err < 1e-4, r
+
+
+# A two-link arm under implicitfast: position servos with a velocity gain and a motor beside the
+# shoulder's servo, every joint's summed actuator force clamped to its actuatorfrcrange.
+ACTFRC_ARM = """<mujoco model="actfrc_arm">
+  <option timestep="0.005" integrator="implicitfast"/>
+  <default>
+    <joint type="hinge" axis="0 1 0" damping="0.05"/>
+    <geom type="capsule" size="0.02" mass="0.3"/>
+  </default>
+  <worldbody>
+    <body name="upper">
+      <joint name="shoulder" actuatorfrcrange="-1.2 1.5"/>
+      <geom fromto="0 0 0 0.25 0 0"/>
+      <body pos="0.25 0 0">
+        <joint name="elbow" actuatorfrcrange="-0.4 0.4"/>
+        <geom fromto="0 0 0 0.2 0 0"/>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position joint="shoulder" kp="8" kv="0.4"/>
+    <motor joint="shoulder"/>
+    <position joint="elbow" kp="4" kv="0.2"/>
+  </actuator>
+</mujoco>"""
+
+
+def test_joint_actuator_force_limits():
+  """Joints' `actuatorfrcrange`: the summed actuator force clamped per dof, and implicitfast's velocity
+  gain dropped while the joint is clamped (MJWarp's `_jnt_actfrc_clamped`); the horizon crosses
+  in and out of both ranges. Measured: analytic 3.8e-7 (ctrl), 3.4e-7 (qvel0); the lanes 0.74 and
+  7.1e-4: at two steps the shoulder's force sits within the lanes' control step of its limit, and
+  their central difference straddles the clamp's kink (their self-check flags constraint switches,
+  not actuator clamps)."""
+  scene = diffsim.Scene.from_xml(ACTFRC_ARM, nworld=2, device=DEVICE)
+  assert analytic_coverage(scene.mjm) is None
+  rng = np.random.default_rng(3)
+  ctrl = np.column_stack([0.3 * np.sin(np.linspace(0, 6, 40)), 0.8 * rng.standard_normal(40),
+                          0.5 * np.cos(np.linspace(0, 5, 40))])
+  qvel0 = np.array([0.5, -1.0])
+  d = mujoco.MjData(scene.mjm)
+  d.qvel[:] = qvel0
+  clamped = np.zeros((40, 2), bool)
+  for k in range(40):
+    d.ctrl[:] = ctrl[k]
+    mujoco.mj_step(scene.mjm, d)
+    r = scene.mjm.jnt_actfrcrange
+    clamped[k] = (d.qfrc_actuator <= r[:, 0] + 1e-12) | (d.qfrc_actuator >= r[:, 1] - 1e-12)
+  assert clamped.any(axis=0).all() and (~clamped).any(axis=0).all(), clamped.sum(axis=0)
+  ana = diffsim.check_gradients(scene, ctrl, qvel0=qvel0, wrt=("ctrl", "qvel0"), gradient="analytic")
+  lanes = diffsim.check_gradients(scene, ctrl, qvel0=qvel0, wrt=("ctrl", "qvel0"), gradient="finite_difference")
+  print("analytic:", ana)
+  print("lanes:", lanes)
+  for k, err in ana.rel_err.items():
+    assert err < 1e-5 and err < 0.1 * lanes.rel_err[k], (k, err, lanes.rel_err[k])

@@ -1,7 +1,8 @@
 """Actuation, replayed differentiably: activation dynamics, gains and biases through joint, tendon and
-site transmissions (`qfrc_actuator`, `actuator_force`, the next activation), and the joint actuators'
-velocity gains that implicitfast integrates implicitly (their part of `B`; `coverage.py` refuses
-velocity gains on tendon and site actuators there).
+site transmissions (`qfrc_actuator`, `actuator_force`, the next activation), the joints' actuator
+force limits (`actuatorfrcrange`: the summed force clamped per dof), and the joint actuators' velocity
+gains that implicitfast integrates implicitly (their part of `B`, dropped while their force or their
+joint's is clamped; `coverage.py` refuses velocity gains on tendon and site actuators there).
 """
 
 from __future__ import annotations
@@ -141,20 +142,29 @@ def _actuator_velocity_diag(
   actuator_gear: wp.array2d[wp.spatial_vector],
   actuator_gainprm: wp.array2d[vec10],
   actuator_biasprm: wp.array2d[vec10],
+  jnt_actfrclimited: wp.array[bool],
+  jnt_actfrcrange: wp.array2d[wp.vec2],
   # In:
   act: wp.array2d[float],
   ctrl: wp.array2d[float],
   actuator_force: wp.array2d[float],
+  qfrc_actuator: wp.array2d[float],  # (nworld, nv) after the joints' actuator force limits
   # Out:
   bdiag_out: wp.array2d[float],
 ):
   """implicitfast's actuator term of `-qDeriv`: `-gear^2 (biasprm[2] + gainprm[2] * input)` of
-  affine actuators whose force is not clamped (MJWarp's `_qderiv_actuator_passive_vel`)."""
+  affine actuators whose force is not clamped, by their own force range or their joint's
+  `actuatorfrcrange` (MJWarp's `_qderiv_actuator_passive_vel`, `_jnt_actfrc_clamped`)."""
   w, u = wp.tid()
   if actuator_trntype[u] != _TRN_JOINT and actuator_trntype[u] != _TRN_JOINTINPARENT:
     return
   jnt = actuator_trnid[u][0]
   typ = jnt_type[jnt]
+  if jnt_actfrclimited[jnt]:
+    r = jnt_actfrcrange[w % jnt_actfrcrange.shape[0], jnt]
+    f = qfrc_actuator[w, jnt_dofadr[jnt]]
+    if f <= r[0] or f >= r[1]:
+      return
   if typ == HINGE or typ == SLIDE:
     gain = float(0.0)
     if actuator_gaintype[u] == _GAIN_AFFINE:
@@ -176,3 +186,25 @@ def _actuator_velocity_diag(
         vel = bias + gain * ctrl[w, u]
       gear = actuator_gear[w % actuator_gear.shape[0], u][0]
       wp.atomic_add(bdiag_out, w, jnt_dofadr[jnt], -gear * gear * vel)
+
+
+@wp.kernel
+def _joint_actuator_limits(
+  # Model:
+  dof_jntid: wp.array[int],
+  jnt_actfrclimited: wp.array[bool],
+  jnt_actfrcrange: wp.array2d[wp.vec2],
+  # In:
+  qfrc_raw: wp.array2d[float],  # (nworld, nv) the actuators' summed generalized forces
+  # Out:
+  qfrc_out: wp.array2d[float],  # (nworld, nv) clamped to each joint's actuatorfrcrange
+):
+  """Joint-level actuator force limits (`actuatorfrcrange`, MJWarp's `_qfrc_actuator_gravcomp_limits`):
+  every dof of a limited joint clamped to its range."""
+  w, i = wp.tid()
+  f = qfrc_raw[w, i]
+  j = dof_jntid[i]
+  if jnt_actfrclimited[j]:
+    r = jnt_actfrcrange[w % jnt_actfrcrange.shape[0], j]
+    f = wp.clamp(f, r[0], r[1])
+  qfrc_out[w, i] = f

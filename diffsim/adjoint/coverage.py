@@ -122,8 +122,6 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
   for name in ("dof_dampingpoly", "actuator_damping", "actuator_dampingpoly", "actuator_armature"):
     if getattr(mjm, name, np.zeros(1)).any():
       return name.replace("_", " ")
-  if mjm.njnt and getattr(mjm, "jnt_actfrclimited", np.zeros(1)).any():
-    return "joint actuator force limits (actuatorfrcrange)"
   implicitfast = integrator == int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)
   for i in range(mjm.nu):
     name = _name(mjm, mujoco.mjtObj.mjOBJ_ACTUATOR, i)

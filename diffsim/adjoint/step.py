@@ -14,7 +14,7 @@ from mujoco_warp._src.types import mat66, vec10
 from ..joints import BALL, FREE, HINGE, SLIDE
 from ..mjmodel import can_make_contacts
 from ..params import flat_rows, model_field
-from .actuation import _actuation, _actuator_velocity_diag
+from .actuation import _actuation, _actuator_velocity_diag, _joint_actuator_limits
 from .ball_limits import record_ball_limits
 from .constraints import record_rows
 from .contacts import ContactRows
@@ -388,7 +388,13 @@ class AnalyticStep:
     # tendon and site transmissions' lengths, velocities and moments (dummies without them)
     trn = record_transmissions(P, mjm, m, arr, accumulated, qvel=self.qvel, tendons=self.tendons, site_xpos=site_xpos,
                                site_xmat=site_xmat, com=com, cdof=cdof)
-    if nu and not off & dsbl.mjDSBL_ACTUATION:
+    actuating = nu and not off & dsbl.mjDSBL_ACTUATION
+    # joints' actuatorfrcrange: the actuators' sum is clamped per dof after the moments
+    jnt_limited = actuating and bool(getattr(mjm, "jnt_actfrclimited", np.zeros(1)).any())
+    qfrc_act_raw = arr((n, nv)) if jnt_limited else qfrc_actuator
+    if jnt_limited:
+      accumulated.append(qfrc_act_raw)
+    if actuating:
       P.launch("state", _actuation, (n, nu),
                [h, m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype,
                 m.actuator_gaintype,
@@ -396,13 +402,17 @@ class AnalyticStep:
                 m.actuator_actlimited, m.actuator_ctrlrange, m.actuator_forcerange, m.actuator_actrange,
                 m.actuator_gear, m.actuator_dynprm, m.actuator_gainprm, m.actuator_biasprm,
                 0 if off & dsbl.mjDSBL_CLAMPCTRL else 1, self.qpos, self.qvel, self.act, self.ctrl, *trn],
-               [qfrc_actuator, actuator_force, self.act_next])
+               [qfrc_act_raw, actuator_force, self.act_next])
+    if jnt_limited:
+      P.launch("state", _joint_actuator_limits, (n, nv), [m.dof_jntid, m.jnt_actfrclimited, m.jnt_actfrcrange,
+                                                          qfrc_act_raw], [qfrc_actuator])
     P.launch("state", _damping_diag, (n, nv), [m.dof_damping, 0.0 if off & dsbl.mjDSBL_DAMPER else 1.0], [bdiag])
     if implicitfast and nu and not off & dsbl.mjDSBL_ACTUATION:
       P.launch("state", _actuator_velocity_diag, (n, nu),
                [m.jnt_type, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
-                m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, self.act, self.ctrl, actuator_force], [bdiag])
+                m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, m.jnt_actfrclimited, m.jnt_actfrcrange,
+                self.act, self.ctrl, actuator_force, qfrc_actuator], [bdiag])
     if sensors_on:
       P.launch("state", _sensors, (n, mjm.nsensor),
                [m.sensor_type, m.sensor_objtype, m.sensor_objid, m.sensor_adr, m.sensor_cutoff, m.jnt_qposadr,
