@@ -154,9 +154,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
 
 def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
   """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders
-  (side sites outside or inside the geom), with springs, dampers, limits, friction, armature (MuJoCo
-  refuses it on a wrapping tendon) and actuators; not polynomial springs and dampers, plasticity,
-  actuator force limits, nor implicitfast's tendon damping (a dense velocity derivative)."""
+  (side sites outside or inside the geom), with springs, dampers (implicitfast's too, but not on a
+  free body), limits, friction, armature (MuJoCo refuses it on a wrapping tendon) and actuators; not
+  polynomial springs and dampers, plasticity, nor actuator force limits."""
   for t in range(mjm.ntendon):
     name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
     wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
@@ -169,10 +169,26 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
     if mjm.tendon_actfrclimited[t]:
       return f"{name}'s actuator force limits (actuatorfrcrange)"
     if mjm.tendon_damping[t] and mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST and \
-        not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER:
-      return (f"{name}'s damping with the implicitfast integrator (its dense velocity derivative; Euler "
-              "integrates it explicitly)")
+        not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER and _moves_free_body(mjm, t):
+      return (f"{name}'s damping with the implicitfast integrator on a free body (implicitfast's free bodies "
+              "take their own 6 x 6 solve)")
   return None
+
+
+def _moves_free_body(mjm: mujoco.MjModel, t: int) -> bool:
+  """Whether tendon `t` passes a site or geom on a body whose tree is one free joint."""
+  for k in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
+    typ, obj = int(mjm.wrap_type[k]), int(mjm.wrap_objid[k])
+    if typ == int(_W.mjWRAP_SITE):
+      b = mjm.site_bodyid[obj]
+    elif typ in (int(_W.mjWRAP_SPHERE), int(_W.mjWRAP_CYLINDER)):
+      b = mjm.geom_bodyid[obj]
+    else:
+      continue
+    if b > 0 and mjm.body_dofnum[b] and mjm.tree_dofnum[mjm.dof_treeid[mjm.body_dofadr[b]]] == 6 and \
+        mjm.jnt_type[mjm.body_jntadr[b]] == FREE:
+      return True
+  return False
 
 
 def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:

@@ -29,14 +29,17 @@ def _mass_matrix(
   crb: wp.array2d[vec10],  # (nworld, nbody) scratch
   tendon_armature: wp.array2d[float],  # (nbatch, ntendon)
   ten_J: wp.array3d[float],  # (nworld, ntendon, nv) replayed tendon Jacobians
-  nten: int,  # tendons whose armature to add (0: none)
+  nten: int,  # tendons whose armature and damping to add (0: none)
+  tendon_damping: wp.array2d[float],  # (nbatch, ntendon)
+  h_ten: float,  # timestep where implicitfast integrates tendon damping implicitly, else 0
   # Out:
   M_out: wp.array3d[float],  # (nworld, nv, nv) M, dense
   H_out: wp.array3d[float],  # (nworld, nv, nv) Cholesky factor of M + h_damp diag(bdiag), lower
 ):
   """Composite-rigid-body mass matrix (MJWarp's `crb`) plus the tendons' `armature J^T J` on the
   tree's ancestor pairs (`mj_tendonArmature`), dense, and the factor of the matrix the Euler (or
-  implicitfast) step solves with, `M + h B`."""
+  implicitfast) step solves with, `M + h B` (implicitfast's tendon damping `h damping J^T J` on the
+  same pairs)."""
   w = wp.tid()
   nbody = body_subtreenum.shape[0]
   nv = dof_bodyid.shape[0]
@@ -77,6 +80,17 @@ def _mass_matrix(
       if i == j:
         v += h_damp * bdiag[w, i]
       H_out[w, i, j] = v
+  if h_ten != 0.0:
+    for t in range(nten):
+      dd = h_ten * tendon_damping[w % tendon_damping.shape[0], t]
+      for i in range(nv):
+        ji = dd * ten_J[w, t, i]
+        if ji != 0.0:
+          H_out[w, i, i] = H_out[w, i, i] + ji * ten_J[w, t, i]
+          j = dof_parentid[i]
+          while j >= 0:
+            H_out[w, i, j] = H_out[w, i, j] + ji * ten_J[w, t, j]
+            j = dof_parentid[j]
   _cholesky(H_out, w, nv)
 
 

@@ -441,6 +441,8 @@ class AnalyticStep:
     if self.nfree:
       P.launch("step", _free_gyro_term, (n, self.nfree), [m.body_dofadr, self.free_body, self.h_damp, crb_free, xpos,
                                                           xmat, com, self.qvel, self.qacc_e], [self.damp])
+    if self.tendons is not None:
+      self.tendons.implicit_damping(h, self.qacc_e, self.damp)
     # constraint rows at the solver's acceleration: each kind adds its forces into qfrc_constraint and
     # its rows' J^T D J into jtdj (the IFT's Hessian M + J^T D J)
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
@@ -474,9 +476,10 @@ class AnalyticStep:
                        **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}),
                        **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
-    # the tendon Jacobians and count the mass matrix adds armature with
-    self.ten_armature = (self.tendons.J, mjm.ntendon) if self.tendons is not None and self.tendons.armature else \
-      (z((1, 1, 1)), 0)
+    # the tendon Jacobians and count the mass matrix adds armature (and implicitfast's damping) with
+    ten = self.tendons is not None and (self.tendons.armature or self.tendons.implicit_damping_on)
+    self.ten_armature = (self.tendons.J, mjm.ntendon) if ten else (z((1, 1, 1)), 0)
+    self.h_ten = h if self.tendons is not None and self.tendons.implicit_damping_on else 0.0
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
     self.A_free = z((n, max(self.nfree, 1)), mat66)
@@ -501,7 +504,8 @@ class AnalyticStep:
       return
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, self.h_damp, self.bdiag,
-                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature],
+                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature, m.tendon_damping,
+                      self.h_ten],
               outputs=[self.M, self.L])
     wp.launch(_damped_acceleration, dim=n, device=s.device, inputs=[self.M, self.L, self.qacc], outputs=[self.qacc_e])
     if self.nfree:

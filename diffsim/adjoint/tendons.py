@@ -203,39 +203,42 @@ def _joint_wrap_acc(
 
 
 @wp.kernel
-def _armature_force(
+def _tendon_term(
   # Model:
-  tendon_armature: wp.array2d[float],
+  coef: wp.array2d[float],  # (nbatch, ntendon) tendon_armature or tendon_damping
+  scale: float,
   # In:
   J: wp.array3d[float],  # (nworld, ntendon, nv)
-  acc: wp.array2d[float],  # (nworld, ntendon)
+  y: wp.array2d[float],  # (nworld, ntendon)
   # Out:
-  tau_out: wp.array2d[float],  # (nworld, nv) += J^T armature acc
+  out: wp.array2d[float],  # (nworld, nv) += scale J^T coef y
 ):
   w, t, i = wp.tid()
-  a = tendon_armature[w % tendon_armature.shape[0], t]
-  if a != 0.0:
-    wp.atomic_add(tau_out, w, i, J[w, t, i] * a * acc[w, t])
+  c = coef[w % coef.shape[0], t]
+  if c != 0.0:
+    wp.atomic_add(out, w, i, J[w, t, i] * scale * c * y[w, t])
 
 
 @wp.kernel
-def _armature_unrelated(
+def _unrelated_term(
   # Model:
-  tendon_armature: wp.array2d[float],
+  coef: wp.array2d[float],
+  scale: float,
   # Tables:
   pairs: wp.array[wp.vec3i],  # (npair,) (tendon, dof i, dof j), i and j on different branches
   # In:
   J: wp.array3d[float],
-  qacc: wp.array2d[float],
+  x: wp.array2d[float],  # (nworld, nv)
   # Out:
-  tau_out: wp.array2d[float],  # (nworld, nv)
+  out: wp.array2d[float],  # (nworld, nv)
 ):
-  """Takes out of `J^T armature J qacc` the pairs of dofs where neither is the other's ancestor: MuJoCo
-  adds the tendon's `armature J^T J` only into the mass matrix's tree sparsity (`mj_tendonArmature`)."""
+  """Takes out of `scale J^T coef J x` the pairs of dofs where neither is the other's ancestor: MuJoCo
+  adds a tendon's `armature J^T J` (`mj_tendonArmature`) and implicitfast's `damping J^T J` only into
+  the mass matrix's tree sparsity."""
   w, e = wp.tid()
   p = pairs[e]
-  a = tendon_armature[w % tendon_armature.shape[0], p[0]]
-  wp.atomic_add(tau_out, w, p[1], -a * J[w, p[0], p[1]] * J[w, p[0], p[2]] * qacc[w, p[2]])
+  c = coef[w % coef.shape[0], p[0]]
+  wp.atomic_add(out, w, p[1], -scale * c * J[w, p[0], p[1]] * J[w, p[0], p[2]] * x[w, p[2]])
 
 
 @wp.kernel
@@ -438,10 +441,18 @@ class TendonRows:
     self._m, self._P, self._arr, self._accumulated = m, P, arr, accumulated
     self._frames = (site_xpos, com, cvel)
     self._gravity_on = 0.0 if off & dsbl.mjDSBL_GRAVITY else 1.0
-    # tendon armature: the inertia `armature J^T J` (mass matrix) and its velocity term (`armature`)
+    # tendon armature: the inertia `armature J^T J` (mass matrix) and its velocity term (`inertia`);
+    # implicitfast integrates tendon damping implicitly: `h damping J^T J` (`implicit_damping`)
     self.armature = bool(mjm.tendon_armature.any())
-    pairs = _unrelated_pairs(mjm) if self.armature else []
-    self._pairs = wp.array(np.array(pairs, np.int32).reshape(-1, 3), dtype=wp.vec3i, device=P.device) if pairs else None
+    implicitfast = mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    self.implicit_damping_on = bool(implicitfast and not off & dsbl.mjDSBL_DAMPER and mjm.tendon_damping.any())
+
+    def pairs(coef):
+      p = _unrelated_pairs(mjm, np.flatnonzero(coef))
+      return wp.array(np.array(p, np.int32).reshape(-1, 3), dtype=wp.vec3i, device=P.device) if p else None
+
+    self._pairs = pairs(mjm.tendon_armature) if self.armature else None
+    self._damping_pairs = pairs(mjm.tendon_damping) if self.implicit_damping_on else None
     accumulated.extend([self.length, self.J, self.velocity])
     if m.wrap_jnt_adr.shape[0]:
       P.launch("state", _joint_wraps, (n, m.wrap_jnt_adr.shape[0]),
@@ -509,10 +520,25 @@ class TendonRows:
       P.launch("step", _site_segment_acc, (n, m.wrap_site_pair_adr.shape[0]),
                [m.opt.gravity, self._gravity_on, m.body_rootid, m.site_bodyid, m.wrap_objid, m.wrap_pulley_scale,
                 m.tendon_armature, m.tendon_site_pair_adr, m.wrap_site_pair_adr, site_xpos, com, cvel, cacc], [acc])
-    P.launch("step", _armature_force, (n, nt, nv), [m.tendon_armature, self.J, acc], [tau])
+    P.launch("step", _tendon_term, (n, nt, nv), [m.tendon_armature, 1.0, self.J, acc], [tau])
     if self._pairs is not None:
-      P.launch("step", _armature_unrelated, (n, self._pairs.shape[0]), [m.tendon_armature, self._pairs, self.J, qacc],
-               [tau])
+      P.launch("step", _unrelated_term, (n, self._pairs.shape[0]),
+               [m.tendon_armature, 1.0, self._pairs, self.J, qacc], [tau])
+
+  def implicit_damping(self, h: float, qacc_e, damp) -> None:
+    """Records (segment "step") implicitfast's tendon damping term `h damping J^T J a_e` (on the tree's
+    ancestor pairs, MJWarp's `_qderiv_tendon_damping`) into `damp`, the velocity terms `h B a_e`."""
+    if not self.implicit_damping_on:
+      return
+    m, P = self._m, self._P
+    n, nt, nv = self.J.shape
+    ja = self._arr((n, nt))
+    self._accumulated.append(ja)
+    P.launch("step", _row_dot, (n, nt, nv), [self.J, qacc_e], [ja])
+    P.launch("step", _tendon_term, (n, nt, nv), [m.tendon_damping, h, self.J, ja], [damp])
+    if self._damping_pairs is not None:
+      P.launch("step", _unrelated_term, (n, self._damping_pairs.shape[0]),
+               [m.tendon_damping, h, self._damping_pairs, self.J, qacc_e], [damp])
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
@@ -521,10 +547,10 @@ class TendonRows:
       wp.launch(_tendon_jtdj, dim=(n, nt, nv), device=self.J.device, inputs=[self.J, self.D], outputs=[self.jtdj])
 
 
-def _unrelated_pairs(mjm: mujoco.MjModel) -> list[tuple[int, int, int]]:
-  """`(tendon, i, j)` for each tendon with armature and each pair of dofs it may move where neither dof
-  is the other's ancestor (its Jacobian's support: a fixed tendon's joints, the dofs above a spatial
-  tendon's sites)."""
+def _unrelated_pairs(mjm: mujoco.MjModel, tendons) -> list[tuple[int, int, int]]:
+  """`(tendon, i, j)` for each of `tendons` and each pair of dofs it may move where neither dof is the
+  other's ancestor (its Jacobian's support: a fixed tendon's joints, the dofs above a spatial tendon's
+  sites and wrap geoms)."""
   def chain(i):
     out = set()
     while i >= 0:
@@ -534,15 +560,15 @@ def _unrelated_pairs(mjm: mujoco.MjModel) -> list[tuple[int, int, int]]:
 
   above = [chain(i) for i in range(mjm.nv)]
   pairs = []
-  for t in np.flatnonzero(mjm.tendon_armature):
+  for t in tendons:
     adr, num = mjm.tendon_adr[t], mjm.tendon_num[t]
     support = set()
     for k in range(adr, adr + num):
       typ, obj = mjm.wrap_type[k], mjm.wrap_objid[k]
       if typ == mujoco.mjtWrap.mjWRAP_JOINT:
         support.add(int(mjm.jnt_dofadr[obj]))
-      elif typ == mujoco.mjtWrap.mjWRAP_SITE:
-        b = mjm.site_bodyid[obj]
+      elif typ in (mujoco.mjtWrap.mjWRAP_SITE, mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER):
+        b = mjm.site_bodyid[obj] if typ == mujoco.mjtWrap.mjWRAP_SITE else mjm.geom_bodyid[obj]
         while b > 0:
           support |= set(range(mjm.body_dofadr[b], mjm.body_dofadr[b] + mjm.body_dofnum[b]))
           b = mjm.body_parentid[b]
