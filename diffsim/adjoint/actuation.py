@@ -208,3 +208,58 @@ def _joint_actuator_limits(
     r = jnt_actfrcrange[w % jnt_actfrcrange.shape[0], j]
     f = wp.clamp(f, r[0], r[1])
   qfrc_out[w, i] = f
+
+
+@wp.kernel
+def _transmission_velocity_gain(
+  # Model:
+  actuator_trntype: wp.array[int],
+  actuator_dyntype: wp.array[int],
+  actuator_gaintype: wp.array[int],
+  actuator_biastype: wp.array[int],
+  actuator_actadr: wp.array[int],
+  actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2],
+  actuator_gainprm: wp.array2d[vec10],
+  actuator_biasprm: wp.array2d[vec10],
+  # In:
+  act: wp.array2d[float],
+  ctrl: wp.array2d[float],
+  actuator_force: wp.array2d[float],
+  # Out:
+  vel_out: wp.array2d[float],  # (nworld, nu) d force / d actuator velocity; 0 on joint transmissions
+):
+  """Tendon and site actuators' `biasprm[2] + gainprm[2] * input` (affine) unless their force is
+  clamped (MJWarp's `_qderiv_actuator_passive_vel`); implicitfast integrates `vel m m^T` implicitly
+  (`tendons.record_transmission_damping`)."""
+  w, u = wp.tid()
+  vel_out[w, u] = 0.0
+  if actuator_trntype[u] == _TRN_JOINT or actuator_trntype[u] == _TRN_JOINTINPARENT:
+    return
+  gain = float(0.0)
+  if actuator_gaintype[u] == _GAIN_AFFINE:
+    gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
+  bias = float(0.0)
+  if actuator_biastype[u] == _BIAS_AFFINE:
+    bias = actuator_biasprm[w % actuator_biasprm.shape[0], u][2]
+  if actuator_forcelimited[u]:
+    r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
+    f = actuator_force[w, u]
+    if f <= r[0] or f >= r[1]:
+      return
+  if actuator_dyntype[u] != _DYN_NONE:
+    vel_out[w, u] = bias + gain * act[w, actuator_actadr[u]]
+  else:
+    vel_out[w, u] = bias + gain * ctrl[w, u]
+
+
+def transmission_velocity_gains(mjm: mujoco.MjModel) -> bool:
+  """Whether a tendon or site actuator of `mjm` has an affine velocity gain or bias (implicitfast
+  integrates it implicitly)."""
+  for u in range(mjm.nu):
+    if mjm.actuator_trntype[u] in (_TRN_JOINT, _TRN_JOINTINPARENT):
+      continue
+    if (mjm.actuator_gaintype[u] == _GAIN_AFFINE and mjm.actuator_gainprm[u, 2] != 0) or \
+        (mjm.actuator_biastype[u] == _BIAS_AFFINE and mjm.actuator_biasprm[u, 2] != 0):
+      return True
+  return False

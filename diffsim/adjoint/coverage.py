@@ -135,9 +135,11 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
               "free joints only motors without joint-in-parent)")
     if other and implicitfast and (
         (mjm.actuator_gaintype[i] == _GAIN_AFFINE and mjm.actuator_gainprm[i, 2] != 0) or
-        (mjm.actuator_biastype[i] == _BIAS_AFFINE and mjm.actuator_biasprm[i, 2] != 0)):
-      return (f"actuator {name}'s velocity gain on a tendon or site transmission with the implicitfast integrator "
-              "(its dense velocity derivative)")
+        (mjm.actuator_biastype[i] == _BIAS_AFFINE and mjm.actuator_biasprm[i, 2] != 0)) and (
+        _moves_free_body(mjm, int(mjm.actuator_trnid[i, 0])) if trn == _TRN_TENDON else
+        _on_free_body(mjm, int(mjm.site_bodyid[mjm.actuator_trnid[i, 0]]))):
+      return (f"actuator {name}'s velocity gain on a tendon or site transmission on a free body with the "
+              "implicitfast integrator (implicitfast's free bodies take their own 6 x 6 solve)")
     if mjm.actuator_gaintype[i] not in (_GAIN_FIXED, _GAIN_AFFINE) or \
         mjm.actuator_biastype[i] not in (_BIAS_NONE, _BIAS_AFFINE):
       return f"actuator {name}'s gain or bias type (fixed and affine only)"
@@ -168,25 +170,30 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
       return f"{name}'s plasticity"
     if mjm.tendon_actfrclimited[t]:
       return f"{name}'s actuator force limits (actuatorfrcrange)"
-    if mjm.tendon_damping[t] and mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST and \
-        not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER and _moves_free_body(mjm, t):
-      return (f"{name}'s damping with the implicitfast integrator on a free body (implicitfast's free bodies "
+    implicitfast = mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    damped = mjm.tendon_damping[t] and not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER
+    if implicitfast and (damped or mjm.tendon_armature[t]) and _moves_free_body(mjm, t):
+      what = "damping" if damped else "armature"
+      return (f"{name}'s {what} with the implicitfast integrator on a free body (implicitfast's free bodies "
               "take their own 6 x 6 solve)")
   return None
 
 
+def _on_free_body(mjm: mujoco.MjModel, b: int) -> bool:
+  """Whether body `b` is in a tree of one free joint (implicitfast's free-body path)."""
+  while b > 0 and not mjm.body_dofnum[b]:
+    b = mjm.body_parentid[b]
+  return b > 0 and mjm.tree_dofnum[mjm.dof_treeid[mjm.body_dofadr[b]]] == 6 and \
+    mjm.jnt_type[mjm.body_jntadr[b]] == FREE
+
+
 def _moves_free_body(mjm: mujoco.MjModel, t: int) -> bool:
-  """Whether tendon `t` passes a site or geom on a body whose tree is one free joint."""
+  """Whether tendon `t` passes a site or geom on a body in a tree of one free joint."""
   for k in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
     typ, obj = int(mjm.wrap_type[k]), int(mjm.wrap_objid[k])
-    if typ == int(_W.mjWRAP_SITE):
-      b = mjm.site_bodyid[obj]
-    elif typ in (int(_W.mjWRAP_SPHERE), int(_W.mjWRAP_CYLINDER)):
-      b = mjm.geom_bodyid[obj]
-    else:
-      continue
-    if b > 0 and mjm.body_dofnum[b] and mjm.tree_dofnum[mjm.dof_treeid[mjm.body_dofadr[b]]] == 6 and \
-        mjm.jnt_type[mjm.body_jntadr[b]] == FREE:
+    if typ == int(_W.mjWRAP_SITE) and _on_free_body(mjm, int(mjm.site_bodyid[obj])):
+      return True
+    if typ in (int(_W.mjWRAP_SPHERE), int(_W.mjWRAP_CYLINDER)) and _on_free_body(mjm, int(mjm.geom_bodyid[obj])):
       return True
   return False
 

@@ -243,7 +243,7 @@ class InvWeightAdjoint:
     Q.forward("q0")  # W is still zero: E's value is not needed, only the frames and the reverse pass
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, 0.0, self.zeros, cinert, cdof,
-                      self.crb, m.tendon_armature, self.no_tendons, 0, m.tendon_damping, 0.0],
+                      self.crb, m.tendon_armature, self.no_tendons, 0, self.no_tendons, 0],
               outputs=[self.M, self.L])
     wp.launch(_inverse, dim=(n, nv), device=s.device, inputs=[self.L], outputs=[self.A])
     self.S.zero_()

@@ -29,17 +29,16 @@ def _mass_matrix(
   crb: wp.array2d[vec10],  # (nworld, nbody) scratch
   tendon_armature: wp.array2d[float],  # (nbatch, ntendon)
   ten_J: wp.array3d[float],  # (nworld, ntendon, nv) replayed tendon Jacobians
-  nten: int,  # tendons whose armature and damping to add (0: none)
-  tendon_damping: wp.array2d[float],  # (nbatch, ntendon)
-  h_ten: float,  # timestep where implicitfast integrates tendon damping implicitly, else 0
+  nten: int,  # tendons whose armature to add (0: none)
+  B_pairs: wp.array3d[float],  # (nworld, nv, nv) h B's dense part, lower triangle (`_rank_ones`)
+  nB: int,  # whether to add it
   # Out:
   M_out: wp.array3d[float],  # (nworld, nv, nv) M, dense
   H_out: wp.array3d[float],  # (nworld, nv, nv) Cholesky factor of M + h_damp diag(bdiag), lower
 ):
   """Composite-rigid-body mass matrix (MJWarp's `crb`) plus the tendons' `armature J^T J` on the
   tree's ancestor pairs (`mj_tendonArmature`), dense, and the factor of the matrix the Euler (or
-  implicitfast) step solves with, `M + h B` (implicitfast's tendon damping `h damping J^T J` on the
-  same pairs)."""
+  implicitfast) step solves with, `M + h B` (`B`'s diagonal `bdiag` plus its dense part `B_pairs`)."""
   w = wp.tid()
   nbody = body_subtreenum.shape[0]
   nv = dof_bodyid.shape[0]
@@ -80,18 +79,39 @@ def _mass_matrix(
       if i == j:
         v += h_damp * bdiag[w, i]
       H_out[w, i, j] = v
-  if h_ten != 0.0:
-    for t in range(nten):
-      dd = h_ten * tendon_damping[w % tendon_damping.shape[0], t]
-      for i in range(nv):
-        ji = dd * ten_J[w, t, i]
-        if ji != 0.0:
-          H_out[w, i, i] = H_out[w, i, i] + ji * ten_J[w, t, i]
+  if nB != 0:
+    for i in range(nv):
+      for j in range(i + 1):
+        H_out[w, i, j] = H_out[w, i, j] + B_pairs[w, i, j]
+  _cholesky(H_out, w, nv)
+
+
+@wp.kernel(enable_backward=False)
+def _rank_ones(
+  # Model:
+  dof_parentid: wp.array[int],
+  coef: wp.array2d[float],  # (nbatch or nworld, nrow)
+  scale: float,
+  # In:
+  rows: wp.array3d[float],  # (nworld, nrow, nv)
+  # Out:
+  out: wp.array3d[float],  # (nworld, nv, nv) += scale coef r r^T on (i, ancestor-or-self j), lower
+):
+  """A dense part of implicitfast's `h B`: `scale coef_r r r^T` for each row `r` (a damped tendon's
+  Jacobian, a velocity-gain actuator's moment) on the pairs of dofs where one is the other's ancestor,
+  where MJWarp's `qDeriv` has entries (`M_elemid`). One thread per world (no atomics)."""
+  w = wp.tid()
+  for r in range(rows.shape[1]):
+    c = scale * coef[w % coef.shape[0], r]
+    if c != 0.0:
+      for i in range(rows.shape[2]):
+        ci = c * rows[w, r, i]
+        if ci != 0.0:
+          out[w, i, i] = out[w, i, i] + ci * rows[w, r, i]
           j = dof_parentid[i]
           while j >= 0:
-            H_out[w, i, j] = H_out[w, i, j] + ji * ten_J[w, t, j]
+            out[w, i, j] = out[w, i, j] + ci * rows[w, r, j]
             j = dof_parentid[j]
-  _cholesky(H_out, w, nv)
 
 
 @wp.func

@@ -14,7 +14,8 @@ from mujoco_warp._src.types import mat66, vec10
 from ..joints import BALL, FREE, HINGE, SLIDE
 from ..mjmodel import can_make_contacts
 from ..params import flat_rows, model_field
-from .actuation import _actuation, _actuator_velocity_diag, _joint_actuator_limits
+from .actuation import _actuation, _actuator_velocity_diag, _joint_actuator_limits, _transmission_velocity_gain, \
+  transmission_velocity_gains
 from .ball_limits import record_ball_limits
 from .constraints import record_rows
 from .contacts import ContactRows
@@ -27,8 +28,8 @@ from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
 from .program import _Program
 from .sensors import _sensors
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
-  _integrator_vjp, _mass_matrix
-from .tendons import TendonRows, record_transmissions
+  _integrator_vjp, _mass_matrix, _rank_ones
+from .tendons import TendonRows, record_transmission_damping, record_transmissions
 
 __all__ = ["AnalyticStep"]
 
@@ -413,6 +414,14 @@ class AnalyticStep:
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
                 m.actuator_gear, m.actuator_gainprm, m.actuator_biasprm, m.jnt_actfrclimited, m.jnt_actfrcrange,
                 self.act, self.ctrl, actuator_force, qfrc_actuator], [bdiag])
+    # implicitfast's velocity gains of tendon and site actuators: `-h vel m m^T` joins `h B`
+    self.trn_vel = None
+    if implicitfast and self.h_damp and actuating and transmission_velocity_gains(mjm):
+      self.trn_vel, self.trn_moment = arr((n, nu)), trn[2]
+      P.launch("state", _transmission_velocity_gain, (n, nu),
+               [m.actuator_trntype, m.actuator_dyntype, m.actuator_gaintype, m.actuator_biastype, m.actuator_actadr,
+                m.actuator_forcelimited, m.actuator_forcerange, m.actuator_gainprm, m.actuator_biasprm, self.act,
+                self.ctrl, actuator_force], [self.trn_vel])
     if sensors_on:
       P.launch("state", _sensors, (n, mjm.nsensor),
                [m.sensor_type, m.sensor_objtype, m.sensor_objid, m.sensor_adr, m.sensor_cutoff, m.jnt_qposadr,
@@ -443,6 +452,9 @@ class AnalyticStep:
                                                           xmat, com, self.qvel, self.qacc_e], [self.damp])
     if self.tendons is not None:
       self.tendons.implicit_damping(h, self.qacc_e, self.damp)
+    if self.trn_vel is not None:
+      record_transmission_damping(P, mjm, arr, accumulated, h=self.h_damp, vel=self.trn_vel, moment=self.trn_moment,
+                                  qacc_e=self.qacc_e, damp=self.damp)
     # constraint rows at the solver's acceleration: each kind adds its forces into qfrc_constraint and
     # its rows' J^T D J into jtdj (the IFT's Hessian M + J^T D J)
     self.constrained = record_rows(P, mjm, m, self.qpos, self.qvel, self.qacc, qfrc_constraint, jtdj)
@@ -476,10 +488,13 @@ class AnalyticStep:
                        **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}),
                        **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
-    # the tendon Jacobians and count the mass matrix adds armature (and implicitfast's damping) with
-    ten = self.tendons is not None and (self.tendons.armature or self.tendons.implicit_damping_on)
+    # the tendon Jacobians and count the mass matrix adds armature with; `h B`'s dense part (implicitfast's
+    # tendon damping and tendon and site actuators' velocity gains), rebuilt each replay
+    ten = self.tendons is not None and self.tendons.armature
     self.ten_armature = (self.tendons.J, mjm.ntendon) if ten else (z((1, 1, 1)), 0)
-    self.h_ten = h if self.tendons is not None and self.tendons.implicit_damping_on else 0.0
+    self.ten_damped = self.tendons is not None and self.tendons.implicit_damping_on
+    self.dense_B = self.ten_damped or self.trn_vel is not None
+    self.B_pairs = z((n, nv, nv)) if self.dense_B else z((1, 1, 1))
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
     self.A_free = z((n, max(self.nfree, 1)), mat66)
@@ -502,10 +517,18 @@ class AnalyticStep:
     P.forward("state")
     if not with_step:
       return
+    if self.dense_B:
+      self.B_pairs.zero_()
+      if self.ten_damped:
+        wp.launch(_rank_ones, dim=n, device=s.device, inputs=[m.dof_parentid, m.tendon_damping, self.h_damp,
+                                                              self.tendons.J], outputs=[self.B_pairs])
+      if self.trn_vel is not None:
+        wp.launch(_rank_ones, dim=n, device=s.device, inputs=[m.dof_parentid, self.trn_vel, -self.h_damp,
+                                                              self.trn_moment], outputs=[self.B_pairs])
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, self.h_damp, self.bdiag,
-                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature, m.tendon_damping,
-                      self.h_ten],
+                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature, self.B_pairs,
+                      int(self.dense_B)],
               outputs=[self.M, self.L])
     wp.launch(_damped_acceleration, dim=n, device=s.device, inputs=[self.M, self.L, self.qacc], outputs=[self.qacc_e])
     if self.nfree:

@@ -35,7 +35,7 @@ from .constraints import _friction_row, _one_sided_row
 from .spatial import _MINVAL
 from .wraps import _geom_segments, _inside_wraps
 
-__all__ = ["TendonRows", "record_transmissions"]
+__all__ = ["TendonRows", "record_transmission_damping", "record_transmissions"]
 
 _TRN_TENDON, _TRN_SITE = int(mujoco.mjtTrn.mjTRN_TENDON), int(mujoco.mjtTrn.mjTRN_SITE)
 
@@ -447,12 +447,9 @@ class TendonRows:
     implicitfast = mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     self.implicit_damping_on = bool(implicitfast and not off & dsbl.mjDSBL_DAMPER and mjm.tendon_damping.any())
 
-    def pairs(coef):
-      p = _unrelated_pairs(mjm, np.flatnonzero(coef))
-      return wp.array(np.array(p, np.int32).reshape(-1, 3), dtype=wp.vec3i, device=P.device) if p else None
-
-    self._pairs = pairs(mjm.tendon_armature) if self.armature else None
-    self._damping_pairs = pairs(mjm.tendon_damping) if self.implicit_damping_on else None
+    self._pairs = _unrelated_pairs(mjm, np.flatnonzero(mjm.tendon_armature), P.device) if self.armature else None
+    self._damping_pairs = _unrelated_pairs(mjm, np.flatnonzero(mjm.tendon_damping), P.device) \
+      if self.implicit_damping_on else None
     accumulated.extend([self.length, self.J, self.velocity])
     if m.wrap_jnt_adr.shape[0]:
       P.launch("state", _joint_wraps, (n, m.wrap_jnt_adr.shape[0]),
@@ -547,10 +544,33 @@ class TendonRows:
       wp.launch(_tendon_jtdj, dim=(n, nt, nv), device=self.J.device, inputs=[self.J, self.D], outputs=[self.jtdj])
 
 
-def _unrelated_pairs(mjm: mujoco.MjModel, tendons) -> list[tuple[int, int, int]]:
-  """`(tendon, i, j)` for each of `tendons` and each pair of dofs it may move where neither dof is the
-  other's ancestor (its Jacobian's support: a fixed tendon's joints, the dofs above a spatial tendon's
-  sites and wrap geoms)."""
+def _dofs_above(mjm: mujoco.MjModel, b: int) -> set:
+  """The dofs that move body `b`."""
+  out = set()
+  while b > 0:
+    out |= set(range(mjm.body_dofadr[b], mjm.body_dofadr[b] + mjm.body_dofnum[b]))
+    b = mjm.body_parentid[b]
+  return out
+
+
+def _tendon_support(mjm: mujoco.MjModel, t: int) -> set:
+  """The dofs tendon `t`'s Jacobian may move: a fixed tendon's joints, the dofs above a spatial
+  tendon's sites and wrap geoms."""
+  support = set()
+  for k in range(mjm.tendon_adr[t], mjm.tendon_adr[t] + mjm.tendon_num[t]):
+    typ, obj = mjm.wrap_type[k], mjm.wrap_objid[k]
+    if typ == mujoco.mjtWrap.mjWRAP_JOINT:
+      support.add(int(mjm.jnt_dofadr[obj]))
+    elif typ == mujoco.mjtWrap.mjWRAP_SITE:
+      support |= _dofs_above(mjm, mjm.site_bodyid[obj])
+    elif typ in (mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER):
+      support |= _dofs_above(mjm, mjm.geom_bodyid[obj])
+  return support
+
+
+def _unrelated(mjm: mujoco.MjModel, supports, device):
+  """`(row, i, j)` for each `(row, support)` and each pair of dofs in the support where neither dof is
+  the other's ancestor, as a `wp.vec3i` array (None: no such pair)."""
   def chain(i):
     out = set()
     while i >= 0:
@@ -559,19 +579,29 @@ def _unrelated_pairs(mjm: mujoco.MjModel, tendons) -> list[tuple[int, int, int]]
     return out
 
   above = [chain(i) for i in range(mjm.nv)]
-  pairs = []
-  for t in tendons:
-    adr, num = mjm.tendon_adr[t], mjm.tendon_num[t]
-    support = set()
-    for k in range(adr, adr + num):
-      typ, obj = mjm.wrap_type[k], mjm.wrap_objid[k]
-      if typ == mujoco.mjtWrap.mjWRAP_JOINT:
-        support.add(int(mjm.jnt_dofadr[obj]))
-      elif typ in (mujoco.mjtWrap.mjWRAP_SITE, mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER):
-        b = mjm.site_bodyid[obj] if typ == mujoco.mjtWrap.mjWRAP_SITE else mjm.geom_bodyid[obj]
-        while b > 0:
-          support |= set(range(mjm.body_dofadr[b], mjm.body_dofadr[b] + mjm.body_dofnum[b]))
-          b = mjm.body_parentid[b]
-    pairs += [(int(t), i, j) for i in sorted(support) for j in sorted(support)
-              if i not in above[j] and j not in above[i]]
-  return pairs
+  pairs = [(int(r), i, j) for r, support in supports for i in sorted(support) for j in sorted(support)
+           if i not in above[j] and j not in above[i]]
+  return wp.array(np.array(pairs, np.int32).reshape(-1, 3), dtype=wp.vec3i, device=device) if pairs else None
+
+
+def _unrelated_pairs(mjm: mujoco.MjModel, tendons, device):
+  """`_unrelated` over `tendons`' supports."""
+  return _unrelated(mjm, [(t, _tendon_support(mjm, t)) for t in tendons], device)
+
+
+def record_transmission_damping(P, mjm: mujoco.MjModel, arr, accumulated, *, h: float, vel, moment, qacc_e, damp):
+  """Records (segment "step") implicitfast's velocity-gain term of tendon and site actuators,
+  `-h vel_u m_u m_u^T a_e` on the tree's ancestor pairs (MJWarp's `_qderiv_actuator_passive_actuation_sparse`;
+  `vel` `(nworld, nu)` from `actuation._transmission_velocity_gain`, `m_u` the moments `(nworld, nu, nv)`)
+  into `damp`, the velocity terms `h B a_e`."""
+  n, nu, nv = moment.shape
+  trn = [u for u in range(mjm.nu) if mjm.actuator_trntype[u] in (_TRN_TENDON, _TRN_SITE)]
+  supports = [(u, _tendon_support(mjm, mjm.actuator_trnid[u, 0]) if mjm.actuator_trntype[u] == _TRN_TENDON
+               else _dofs_above(mjm, mjm.site_bodyid[mjm.actuator_trnid[u, 0]])) for u in trn]
+  ma = arr((n, nu))
+  accumulated.append(ma)
+  P.launch("step", _row_dot, (n, nu, nv), [moment, qacc_e], [ma])
+  P.launch("step", _tendon_term, (n, nu, nv), [vel, -h, moment, ma], [damp])
+  pairs = _unrelated(mjm, supports, P.device)
+  if pairs is not None:
+    P.launch("step", _unrelated_term, (n, pairs.shape[0]), [vel, -h, pairs, moment, qacc_e], [damp])
