@@ -1,15 +1,16 @@
-"""Sensors, replayed differentiably: the sensor types `analytic_coverage` admits (joint, tendon and
-actuator positions, velocities and forces, frame positions, orientations, axes and velocities of bodies and
-sites, subtree centres of mass).
+"""Sensors, replayed differentiably: the sensor types `analytic_coverage` admits (joint, ball-joint,
+tendon and actuator positions, velocities and forces, joints' actuator forces, frame positions,
+orientations, axes and velocities of bodies and sites, gyros and velocimeters, subtree centres of mass).
 """
 
 from __future__ import annotations
 
 import warp as wp
 
-from .coverage import _OBJ_BODY, _OBJ_GEOM, _OBJ_SITE, _SENS_ACTUATORFRC, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, \
+from .coverage import _OBJ_BODY, _OBJ_GEOM, _OBJ_SITE, _OBJ_XBODY, _SENS_ACTUATORFRC, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, \
   _SENS_FRAMEANGVEL, _SENS_FRAMELINVEL, _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, \
-  _SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_SUBTREECOM, _SENS_TENDONPOS, _SENS_TENDONVEL, _TRN_SITE, _TRN_TENDON
+  _SENS_BALLANGVEL, _SENS_BALLQUAT, _SENS_GYRO, _SENS_JOINTACTFRC, _SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_SUBTREECOM, \
+  _SENS_TENDONPOS, _SENS_TENDONVEL, _SENS_VELOCIMETER, _TRN_SITE, _TRN_TENDON
 from .spatial import _mul_quat
 
 
@@ -51,6 +52,7 @@ def _sensors(
   ten_velocity: wp.array2d[float],
   trn_length: wp.array2d[float],  # (nworld, nu) tendon and site transmissions, or (1, 1) without them
   trn_velocity: wp.array2d[float],
+  qfrc_actuator: wp.array2d[float],  # (nworld, nv)
   # Out:
   sensordata_out: wp.array2d[float],
 ):
@@ -63,12 +65,14 @@ def _sensors(
   adr = sensor_adr[s]
   cutoff = sensor_cutoff[s]
   if typ == _SENS_JOINTPOS or typ == _SENS_JOINTVEL or typ == _SENS_ACTUATORPOS or typ == _SENS_ACTUATORVEL or \
-      typ == _SENS_ACTUATORFRC or typ == _SENS_TENDONPOS or typ == _SENS_TENDONVEL:
+      typ == _SENS_ACTUATORFRC or typ == _SENS_TENDONPOS or typ == _SENS_TENDONVEL or typ == _SENS_JOINTACTFRC:
     v = float(0.0)
     if typ == _SENS_JOINTPOS:
       v = qpos[w, jnt_qposadr[objid]]
     elif typ == _SENS_JOINTVEL:
       v = qvel[w, jnt_dofadr[objid]]
+    elif typ == _SENS_JOINTACTFRC:
+      v = qfrc_actuator[w, jnt_dofadr[objid]]
     elif typ == _SENS_ACTUATORFRC:
       v = actuator_force[w, objid]
     elif typ == _SENS_TENDONPOS:
@@ -90,9 +94,16 @@ def _sensors(
     if cutoff > 0.0:
       v = wp.clamp(v, -cutoff, cutoff)
     sensordata_out[w, adr] = v
+  elif typ == _SENS_BALLQUAT:
+    a = jnt_qposadr[objid]
+    q = wp.normalize(wp.quat(qpos[w, a], qpos[w, a + 1], qpos[w, a + 2], qpos[w, a + 3]))
+    for i in range(4):
+      sensordata_out[w, adr + i] = q[i]
   elif typ == _SENS_FRAMEQUAT:
-    q = xquat[w, objid]
-    if objtype == _OBJ_BODY:
+    q = wp.quat_identity(float)
+    if objtype == _OBJ_XBODY:
+      q = xquat[w, objid]
+    elif objtype == _OBJ_BODY:
       q = _mul_quat(xquat[w, objid], body_iquat[w % body_iquat.shape[0], objid])
     elif objtype == _OBJ_SITE:
       q = site_xquat[w, objid]
@@ -103,9 +114,17 @@ def _sensors(
       if cutoff > 0.0:
         v = wp.clamp(v, -cutoff, cutoff)
       sensordata_out[w, adr + i] = v
+  elif typ == _SENS_BALLANGVEL:
+    d = jnt_dofadr[objid]
+    for i in range(3):
+      v = qvel[w, d + i]
+      if cutoff > 0.0:
+        v = wp.clamp(v, -cutoff, cutoff)
+      sensordata_out[w, adr + i] = v
   else:
-    pos = xpos[w, objid]
-    mat = xmat[w, objid]
+    # the frame: read only the arrays `objtype` indexes (an id of one kind may exceed another's count)
+    pos = wp.vec3(0.0)
+    mat = wp.identity(3, float)
     body = objid
     if objtype == _OBJ_BODY:
       pos = xipos[w, objid]
@@ -118,6 +137,9 @@ def _sensors(
       pos = geom_xpos[w, objid]
       mat = geom_xmat[w, objid]
       body = geom_bodyid[objid]
+    elif typ != _SENS_SUBTREECOM:
+      pos = xpos[w, objid]
+      mat = xmat[w, objid]
     out = pos
     if typ == _SENS_FRAMEXAXIS:
       out = wp.vec3(mat[0, 0], mat[1, 0], mat[2, 0])
@@ -134,6 +156,14 @@ def _sensors(
       out = wp.vec3(cv[0], cv[1], cv[2])
     elif typ == _SENS_SUBTREECOM:
       out = com[w, objid]
+    elif typ == _SENS_GYRO:
+      cv = cvel[w, body]
+      out = wp.transpose(mat) @ wp.vec3(cv[0], cv[1], cv[2])
+    elif typ == _SENS_VELOCIMETER:
+      cv = cvel[w, body]
+      offset = pos - com[w, body_rootid[body]]
+      out = wp.transpose(mat) @ (wp.vec3(cv[3], cv[4], cv[5]) - wp.cross(offset, wp.vec3(cv[0], cv[1], cv[2])))
+
     for i in range(3):
       v = out[i]
       if cutoff > 0.0:

@@ -429,7 +429,7 @@ class AnalyticStep:
                 m.actuator_trnid, m.actuator_gear, self.qpos, self.qvel, xpos, xquat, xmat, xipos, ximat, site_xpos,
                 site_xquat, site_xmat, geom_xpos, geom_xquat, geom_xmat, com, cvel, actuator_force,
                 *((self.tendons.length, self.tendons.velocity) if self.tendons else (arr((1, 1)), arr((1, 1)))),
-                trn[0], trn[1]], [self.sensordata])
+                trn[0], trn[1], qfrc_actuator], [self.sensordata])
 
     # segment "step": inverse dynamics at the accelerations, constraint forces at the solver's
     def rne(acc, tau):
