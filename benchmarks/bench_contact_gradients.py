@@ -38,6 +38,8 @@ Also `issue17(nstep)`: the issue's own setup (`tests/test_contact_gradients.py` 
 Run: `python -m benchmarks.bench_contact_gradients [--device cpu] [--models humanoid/humanoid.xml ...]`.
 Prints Markdown tables and writes `benchmarks/results/contact_gradients_<device>.{json,md}` after
 every model. `--quick`: two small models at 5 steps, the issue's setup at 3.
+`--nudge k`: the same inputs nudged by a few float32 ulps (`bench_model`), a draw that shows how far
+an error moves with rounding alone (`_nudge<k>` files; used to compare `--lanes` rules).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ from .save import write_json
 
 NWORLD = 2
 QUICK_MODELS = ("tendon/fixed.xml", "actuation/position.xml")
+# `--nudge`'s steps: relative on the controls (a few float32 ulps), absolute on the initial velocity
+NUDGE_CTRL, NUDGE_QVEL = 3e-7, 1e-6
 
 
 def mjwarp_test_data() -> str:
@@ -146,9 +150,12 @@ def _first_line(e: BaseException) -> str:
 
 
 def bench_model(model: str, nstep: int, device: str | None, save=lambda row: None,
-                tolerance: float | None = None, lanes: str | None = None) -> dict:
+                tolerance: float | None = None, lanes: str | None = None, nudge: int = 0) -> dict:
   """One model's row (see the module docstring); `save(row)` is called after every stage. `lanes`
-  (`SolverSettings.lanes`): the lanes' gradient even where the analytic adjoint covers the model."""
+  (`SolverSettings.lanes`): the lanes' gradient even where the analytic adjoint covers the model.
+  `nudge`: another draw of the same inputs, the controls scaled by `1 + 3e-7 nudge` (a few float32
+  ulps) and the initial velocity moved by `1e-6 nudge`, which shows how far an error moves with float32
+  rounding alone."""
   import mujoco
 
   import diffsim
@@ -176,7 +183,7 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     if mjm.nkey:
       mujoco.mj_resetDataKeyframe(mjm, d, 0)
     mujoco.mj_forward(mjm, d)
-    qpos0, qvel0 = d.qpos.copy(), d.qvel.copy()
+    qpos0, qvel0 = d.qpos.copy(), d.qvel.copy() + NUDGE_QVEL * nudge
     row.update(nq=mjm.nq, nv=mjm.nv, na=mjm.na, nu=mjm.nu, ncon0=int(d.ncon), nefc0=int(d.nefc),
                keyframe=bool(mjm.nkey))
     if mjm.nv == 0:
@@ -186,7 +193,8 @@ def bench_model(model: str, nstep: int, device: str | None, save=lambda row: Non
     stage("scene")
     scene = diffsim.Scene.from_xml(mjm, nworld=NWORLD, device=device, solver=_solver(tolerance, lanes))
     row["device"] = str(scene.device)
-    c_ctrl = controls(mjm, NWORLD, nstep).astype(np.float32).astype(np.float64)  # what MJWarp sees
+    # what MJWarp sees
+    c_ctrl = (controls(mjm, NWORLD, nstep) * (1 + NUDGE_CTRL * nudge)).astype(np.float32).astype(np.float64)
     ctrl = wp.array(c_ctrl.astype(np.float32), dtype=float, device=scene.device)
     q0, v0 = np.tile(qpos0, (NWORLD, 1)), np.tile(qvel0, (NWORLD, 1))
 
@@ -323,13 +331,14 @@ def issue17_table(rows: list[dict]) -> str:
 
 
 def _run_isolated(model: str, nstep: int, device: str | None, timeout: float, mem_cap_gb: float,
-                  tolerance: float | None = None, lanes: str | None = None) -> dict:
+                  tolerance: float | None = None, lanes: str | None = None, nudge: int = 0) -> dict:
   """`bench_model` in a child process with an address-space cap and a time limit."""
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "row.json")
     cmd = [sys.executable, "-m", "benchmarks.bench_contact_gradients", "--one", model, "--nstep", str(nstep),
            "--row-out", out] + (["--device", device] if device else []) + \
-          (["--tolerance", repr(tolerance)] if tolerance is not None else []) + (["--lanes", lanes] if lanes else [])
+          (["--tolerance", repr(tolerance)] if tolerance is not None else []) + (["--lanes", lanes] if lanes else []) + \
+          (["--nudge", str(nudge)] if nudge else [])
     cap = int(mem_cap_gb * 1e9)
 
     def limit():
@@ -405,13 +414,16 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--lanes", choices=["tolerance", "nominal"], default=None,
                       help="SolverSettings.lanes, and the lanes' gradient on every model; results go to a "
                            "_lanes-<value> file")
+  parser.add_argument("--nudge", type=int, default=0,
+                      help="another draw of the inputs, nudged by a few float32 ulps (see bench_model); results "
+                           "go to a _nudge<value> file")
   parser.add_argument("--one", help=argparse.SUPPRESS)  # child process: one model
   parser.add_argument("--row-out", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   wp.config.log_level = wp.LOG_WARNING
   if args.one:
     bench_model(args.one, args.nstep, args.device, save=lambda row: write_json(args.row_out, row),
-                tolerance=args.tolerance, lanes=args.lanes)
+                tolerance=args.tolerance, lanes=args.lanes, nudge=args.nudge)
     return []
   from diffsim.scene import available_memory
 
@@ -420,7 +432,8 @@ def main(argv=None) -> list[dict]:
   nstep = 5 if args.quick else args.nstep
   horizons = [3] if args.quick else args.issue_horizons
   cap = args.mem_cap_gb or 0.85 * (available_memory(wp.get_device("cpu")) or 16e9) / 1e9
-  tol = ("" if args.tolerance is None else f"_tol{args.tolerance:g}") + (f"_lanes-{args.lanes}" if args.lanes else "")
+  tol = ("" if args.tolerance is None else f"_tol{args.tolerance:g}") + (f"_lanes-{args.lanes}" if args.lanes else "") + \
+        (f"_nudge{args.nudge}" if args.nudge else "")
   path = os.path.join(args.out, f"contact_gradients{tol}_{str(device).replace(':', '')}")
   payload = {"argv": sys.argv[1:] if argv is None else list(argv), "nworld": NWORLD, "nstep": nstep,
              "mem_cap_gb": cap, "issue17": [], "rows": []}
@@ -437,7 +450,8 @@ def main(argv=None) -> list[dict]:
     payload["issue17"].append(issue17(n, args.device, args.tolerance))
     save()
   for name in names:
-    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap, args.tolerance, args.lanes))
+    payload["rows"].append(_run_isolated(name, nstep, args.device, args.timeout, cap, args.tolerance, args.lanes,
+                                         args.nudge))
     r = payload["rows"][-1]
     print(f"{name}: {r.get('error') or r.get('note') or r.get('grad_err')} ({r['wall_s']:.0f} s)", flush=True)
     save()

@@ -3,11 +3,12 @@
   python -m benchmarks.bench_lanes [--device cpu] [--models ...] [--nworld 16] [--nstep 20]
 
 Per model, the captured `Rollout(..., gradient="finite_difference")(ctrl, linearize=True)` (forward,
-every perturbation lane, the step Jacobians) with diffsim's default lanes (`SolverSettings()`: every
-lane at tolerance 0, so each runs until its line search stalls) and with
-`SolverSettings(lanes="nominal")` (`diffsim.lane_solver`: the lanes at 1e-12, none stopping before
-its nominal world), the two graphs replayed in turns (`timing.alternate`); `speedup` is the median
-of the per-pair time ratios, `niter_*` the mean solver iterations of the last step's worlds. The
+every perturbation lane, the step Jacobians) with diffsim's default lanes (`SolverSettings()`,
+`lanes="tolerance"`: every lane at tolerance 0, so each runs until its line search stalls) and with
+`SolverSettings(lanes="nominal")` (`diffsim.lane_solver`: the batch at 1e-12, no lane stopping
+before its nominal world or its central difference's partner), the two graphs replayed in turns
+(`timing.alternate`); `speedup` is the median of the per-pair time ratios, `niter_*` the mean solver
+iterations of the last step's worlds. The
 gradient errors against float64 MuJoCo C are in `tests/test_lane_solver.py` and
 `bench_contact_gradients --lanes tolerance|nominal`. Writes `benchmarks/results/lanes_<device>.json`.
 """
@@ -33,7 +34,8 @@ WORLDS = {"humanoid": 4}
 
 def bench_case(model: str, nworld: int, nstep: int, device: str | None, repeats: int) -> dict:
   fns, niter = {}, {}
-  for key, settings in (("zero", diffsim.SolverSettings()), ("nominal", diffsim.SolverSettings(lanes="nominal"))):
+  for key, settings in (("zero", diffsim.SolverSettings(lanes="tolerance")),
+                        ("nominal", diffsim.SolverSettings(lanes="nominal"))):
     scene = diffsim.Scene.from_xml(MODELS[model](), nworld=nworld, device=device, solver=settings)
     ctrl = wp.array(controls(scene.mjm, nworld, nstep), dtype=float, device=scene.device)
     ro = diffsim.Rollout(scene, nstep, gradient="finite_difference")

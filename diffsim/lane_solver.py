@@ -1,33 +1,51 @@
-"""The perturbation lanes' constraint solve: no lane stops before its nominal world.
+"""The perturbation lanes' constraint solve: no lane stops before its nominal world or its partner.
 
 Finite-difference lanes need their nominal world's solver path, not a tolerance of zero: a lane that
 stops an iteration before its neighbours differs from them by the solver's residual, noise in the
-difference. diffsim's default solves every lane at tolerance 0, so each runs until its line search
-stalls or the iteration limit, which in float32 costs several times the iterations a converged solve
-needs (the SO-101: 10.2 against 2.0 per step).
+difference. diffsim's default (`SolverSettings(lanes="tolerance")`) solves every lane at tolerance
+0, so each runs until its line search stalls or the iteration limit, which in float32 costs several
+times the iterations a converged solve needs (the SO-101: 10.2 against 2.0 per step).
 
-With `SolverSettings(lanes="nominal")` the nominal worlds (lane 0, world ids `0 .. nworld - 1`)
-solve at the model's own tolerance and every other lane at `FOLLOW_TOLERANCE` (1e-12, far below
-float32's resolution: a lane stops once another iteration would not change its solution), and after
-each Newton iteration a lane world that stopped while its nominal world goes on is set going again:
-each lane runs at least its nominal world's iterations, and more where it needs them.
+With `SolverSettings(lanes="nominal")` (opt-in) every world of the lanes' batch, nominal
+(lane 0, world ids `0 .. nworld - 1`) and perturbed alike, solves at `FOLLOW_TOLERANCE` (1e-12, far
+below float32's resolution: a world stops once another iteration would not change its solution),
+and after each Newton iteration a lane world that has stopped is set going again while its nominal
+world, or the other side of its central difference (lanes `1 + 2c` and `2 + 2c`), still iterates:
+each lane runs at least its nominal world's iterations, the two sides of a difference the same
+number, and more where they need them.
 
-Why not exactly the nominal's count (issue 27's first idea, measured): Newton converges in one
-iteration where the active constraint set does not change, and a lane whose perturbation changes it
-(a friction row sticking or slipping) needs another; stopped with its nominal world after one, that
-lane's column of the SO-101's control Jacobian was off by 1.1 at one step, 2.5e-2 of the gradient.
+Each part measured (CPU, MJWarp's test models, lane gradients against float64 MuJoCo C, each rule
+over 5 draws of the inputs nudged by a few float32 ulps, since one draw moves by tens of percent):
+  - the nominal world at 1e-12, not the MJCF's tolerance (which MJWarp floors at 1e-6 for float32):
+    the looser nominal moves the linearization point; the humanoid's control error then moved by
+    -38..+59% from tolerance 0's per draw, at 1e-12 within 3% of it on every draw;
+  - the pairs: sides that stop at different iterations leave their residuals' difference in the
+    column; actuation.xml's control error (every lane at its 4-iteration cap at tolerance 0) is
+    1.6e-5 without (median; 1.2e-5 at 0), 1.1e-5 with;
+  - not exactly the nominal's count (issue 27's first idea): Newton converges in one iteration where
+    the active constraint set does not change, and a lane whose perturbation changes it (a friction
+    row sticking or slipping) needs another; stopped with its nominal world after one, a column of
+    the SO-101's control Jacobian was off by 1.1 at one step, 2.5e-2 of the gradient;
+  - not a tighter tolerance (1e-16): the same gradients on small models, but the SO-101's lanes run
+    7.2 iterations a step instead of 2.1, no faster than at 0.
+The sweep (`benchmarks/bench_contact_gradients.py --lanes nominal|tolerance`) and the speed-up
+(`benchmarks/bench_lanes.py`, SO-101 4.4x) are summed up in `scene.SolverSettings`.
 
-Nor every lane of a world stopping together once all have converged (measured too): over 10
-constraint models of MJWarp's test set its gradient errors were further from tolerance 0's (pendula
-3.1e-3 against 1.7e-3) than those of the rule above (1.9e-3; `benchmarks/bench_contact_gradients.py
---lanes nominal`, results `contact_gradients_lanes-*_cpu.md`).
+Why it is not the default: on models whose MJCF caps the solver at a few iterations (constraints.xml,
+actuation.xml: 4) MuJoCo C at tolerance 0, the reference, runs every step to the cap, and so do the
+tolerance-0 lanes. A nominal world stopping at 1e-12 leaves that path (constraints.xml's qvel0 error
+1.6e-2 against 1.2e-2, mean of 5 draws); the nominal at 0 follows it (1.2e-2) but, on the SO-101, holds
+the whole batch's loop to the iteration limit (1.6x, not 4.4x); the nominal at 0 stopping with its
+last lane costs nothing there (4.7x) and tracks C on constraints.xml, but actuation's lanes, which
+stop before the cap, then err more on 5 draws of 5 (qvel0 2.5e-5 against 2.1e-5). No rule tried
+was no worse than tolerance 0 on every model.
 
 MJWarp 4.0 has no per-world iteration limit, so `solve_following` is MJWarp's Newton solve
 (`mujoco_warp/_src/solver.py`, `solve` and `_solve`, for the Euler and implicit integrators without
 sleeping bodies, the case `physics.Physics` runs) with one kernel added to its iteration loop; it
 calls MJWarp's private solver stages (`tests/test_lane_solver.py` checks it against `mjw.solve`).
 The CG solver is not covered: it updates its search direction after the stopping test, so a world
-set going again would search along a stale direction.
+set going again would search along a stale direction; its lanes run at tolerance 0.
 """
 
 from __future__ import annotations
@@ -36,19 +54,35 @@ import warp as wp
 
 __all__ = ["FOLLOW_TOLERANCE", "follows", "solve_following"]
 
-# the lanes' solver tolerance when they follow their nominal world
+# the solver tolerance of the lanes' batch (nominal worlds included) when they follow their nominal world
 FOLLOW_TOLERANCE = 1e-12
 
 
 @wp.kernel
 def _no_lane_before_nominal(
   nworld: int,
+  pairs: bool,
+  iterations: int,
+  # In:
+  niter: wp.array[int],  # (nlane * nworld,) the solver's per-world iteration count
   # In/out:
   done: wp.array[bool],  # (nlane * nworld,) the solver's per-world "stopped"
   nsolving: wp.array[int],  # (1,) worlds still iterating
 ):
   lane_world = nworld + wp.tid()  # launched over the lane worlds only
-  if done[lane_world] and not done[lane_world % nworld]:
+  if not done[lane_world] or niter[lane_world] >= iterations:
+    return
+  world = lane_world % nworld
+  going = not done[world]
+  if pairs:
+    # lanes 1 + 2c and 2 + 2c are the two sides of a central difference
+    lane = lane_world / nworld
+    partner = lane + 1
+    if lane % 2 == 0:
+      partner = lane - 1
+    if partner * nworld < done.shape[0]:
+      going = going or not done[partner * nworld + world]
+  if going:
     done[lane_world] = False
     wp.atomic_add(nsolving, 0, 1)
 
@@ -60,8 +94,9 @@ def follows(m) -> bool:
   return m.opt.solver == SolverType.NEWTON
 
 
-def solve_following(m, d, nworld: int) -> None:
-  """`mjw.solve(m, d)` where no world `w + lane * nworld` (lane >= 1) stops before world `w`.
+def solve_following(m, d, nworld: int, pairs: bool = False) -> None:
+  """`mjw.solve(m, d)` where no world `w + lane * nworld` (lane >= 1) stops before world `w`, nor,
+  with `pairs`, before world `w + partner * nworld`, its partner lane (lanes `1 + 2c` and `2 + 2c`).
 
   Args:
     m: MJWarp `Model` with the Newton solver (`follows`) whose `opt.tolerance` has one entry per
@@ -69,6 +104,7 @@ def solve_following(m, d, nworld: int) -> None:
       sleeping bodies.
     d: MJWarp `Data` of `nlane * nworld` worlds, lane-major.
     nworld: worlds per lane.
+    pairs: the lanes are central differences' pairs, which stop together.
   """
   from mujoco_warp._src import smooth, solver, types
 
@@ -77,7 +113,8 @@ def solve_following(m, d, nworld: int) -> None:
 
   def follow(nsolving):
     if nlanes > 0:
-      wp.launch(_no_lane_before_nominal, dim=nlanes, inputs=[nworld], outputs=[ctx.done, nsolving])
+      wp.launch(_no_lane_before_nominal, dim=nlanes, inputs=[nworld, pairs, m.opt.iterations, d.solver_niter],
+                outputs=[ctx.done, nsolving])
 
   def iteration(m, d, ctx, nsolving, compact=False):
     solver._solver_iteration(m, d, ctx, nsolving, compact=compact)

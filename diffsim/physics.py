@@ -25,10 +25,10 @@ as MJWarp's factorization takes no per-world mask: a few percent on the contact-
 alternately timed).
 
 `Physics(..., tolerance=)` steps at another solver tolerance than the model's: the perturbation
-lanes run at `Scene.lane_tolerance` (0) where forward-only rollouts share the same MJWarp `Model` at
-the MJCF's (`SolverSettings`). MJWarp's solver reads `opt.tolerance` from a `(1,)` array at run
-time, so `Physics` swaps its own array into the model's options while it launches, and a graph
-captured meanwhile keeps pointing at it when replayed.
+lanes run at `Scene.lane_tolerance` (0; 1e-12 with `lanes="nominal"`, `lane_solver`) where
+forward-only rollouts share the same MJWarp `Model` at the MJCF's (`SolverSettings`). MJWarp's solver
+reads `opt.tolerance` from a `(1,)` array at run time, so `Physics` swaps its own array into the
+model's options while it launches, and a graph captured meanwhile keeps pointing at it when replayed.
 """
 
 from __future__ import annotations
@@ -95,15 +95,17 @@ class Physics:
     data: MJWarp `Data` (`nworld` worlds); its scratch (`(nworld, nv)` floats) is allocated here, once.
     tolerance: float array, the solver tolerance to run at instead of `model.opt.tolerance` (None:
       the model's): `(1,)`, or one per world (`(nworld,)`).
-    follow: perturbation lanes: with `follow = n` worlds per lane, the worlds of lanes 1, 2, ... stop
-      their constraint solve when their lane-0 world does (`lane_solver.solve_following`; the own
-      step only, see `skips_solver`); 0: every world stops on its own.
+    follow: perturbation lanes: with `follow = n` worlds per lane, no world of lanes 1, 2, ... stops
+      its constraint solve before its lane-0 world (`lane_solver.solve_following`; the own step only,
+      see `skips_solver`); 0: every world stops on its own.
+    pairs: with `follow`, lanes `1 + 2c` and `2 + 2c` (a central difference's two sides) stop together.
   """
 
-  def __init__(self, model, data, tolerance: wp.array | None = None, follow: int = 0):
+  def __init__(self, model, data, tolerance: wp.array | None = None, follow: int = 0, pairs: bool = False):
     self.model, self.data = model, data
     self.tolerance = tolerance
     self.follow = follow
+    self.pairs = pairs
     self.own = skips_solver(model, data)
     # MJWarp 4.0 builds connect and weld rows from the `cvel` and `cdof_dot` its Data holds (the previous
     # step's, at a rollout's first step whatever the Data last saw); MuJoCo C from the state's own
@@ -190,7 +192,7 @@ class Physics:
     if self.follow:
       from .lane_solver import solve_following
 
-      wp.capture_if(self._any_rows, on_true=lambda: solve_following(m, d, self.follow))
+      wp.capture_if(self._any_rows, on_true=lambda: solve_following(m, d, self.follow, self.pairs))
     else:
       wp.capture_if(self._any_rows, on_true=lambda: mjw.solve(m, d))
     wp.capture_if(self._any_free, on_true=self._smooth_acceleration)

@@ -148,20 +148,30 @@ class SolverSettings:
   test by the mean inertia, so on some models (two flex models of MJWarp's test set) it fires before
   the lanes agree; and with a capped `iterations` budget (tutorial 03) a fixed path matters.
 
-  `lanes="nominal"` (opt-in, Newton solver on the CPU): the lanes solve at 1e-12 but none stops
-  before its nominal world, which solves at the rollout tolerance (`diffsim.lane_solver`). The lanes'
-  linearization: the SO-101 4.4x faster than at 0, the humanoid 1.09x (`benchmarks/bench_lanes.py`);
-  gradient errors against float64 C as at 0 on the SO-101 (`tests/test_lane_solver.py`), but over 10
-  constraint models of MJWarp's test set some 10-50% higher, some lower (pendula 1.9e-3 against
-  1.7e-3, the humanoid's controls 8.7e-3 against 7.1e-3; `bench_contact_gradients --lanes`), so it
-  is not the default.
+  `lanes="nominal"` (opt-in; the Newton solver on the CPU, elsewhere as `"tolerance"`): the lanes'
+  batch, nominal worlds included, solves at 1e-12 (or at `tolerance` where given) and no lane stops
+  before its nominal world or the other side of its central difference (`diffsim.lane_solver`). The
+  lanes' linearization: the SO-101 4.4x faster than at 0, the humanoid 1.06x
+  (`benchmarks/bench_lanes.py`). Lane gradient errors against float64 C over the 38 models of
+  MJWarp's test set with lane gradients (`bench_contact_gradients --lanes nominal|tolerance`,
+  `benchmarks/results/contact_gradients_lanes-*_cpu.md`): 28 unchanged; lower on actuation,
+  tendon/fixed, the humanoid, weld_3d, connect_3d (and position.xml, which diverges either way);
+  higher on tendon_limit (2.7e-4 against 2.1e-4) and pendula (1.2e-3 / 2.0e-3 against 1.1e-3 /
+  1.7e-3); constraints.xml mixed (ctrl 2.8e-2 against 2.5e-2, qvel0 7.0e-3 against 1.2e-2); nutbolt
+  NaN where its lanes are unusable at 0 too (4.9, 254 unresolved switches). Such rows move by tens of
+  percent when the inputs are nudged by a few float32 ulps, at tolerance 0 too, but not all of it is
+  noise: where the MJCF caps the solver at a few iterations (constraints.xml: 4) a nominal world
+  stopping at 1e-12 leaves MuJoCo C's path (at 0, every step to the cap), and over 5 nudged draws
+  constraints.xml's qvel0 error averaged 1.6e-2 against 1.2e-2 at 0. So it is not the default
+  (issue 27's bar: no model worse).
 
   Attributes:
     iterations: Newton/CG iterations per step; `None` keeps the MJCF value.
     ls_iterations: line-search iterations; `None` keeps the MJCF value.
     tolerance: solver tolerance of every rollout; `None` (default): the MJCF's without lanes, 0 with.
     lanes: how the perturbation lanes stop: `"tolerance"` (default) at their tolerance,
-      `"nominal"` never before their nominal world, at 1e-12 (see above).
+      `"nominal"` never before their nominal world or their central difference's partner, at 1e-12
+      (see above).
   """
 
   iterations: int | None = None

@@ -14,8 +14,10 @@ so one MJWarp step over `nlane * nworld` worlds yields, for every world, the col
 
 (sensordata as MuJoCo computes it inside `mj_step`, i.e. at the pre-step state). All lanes of a
 world share the nominal warm start and a fixed solver iteration count with zero tolerance
-(`Scene.lane_tolerance`, see `SolverSettings`), so constraint solves follow the same path and the
-differences stay smooth; a stepper without lanes (`differentiable=False`) runs at the model's own.
+(`Scene.lane_tolerance`, see `SolverSettings`; or, with `lanes="nominal"`, none stops before its
+nominal world or its central difference's partner, `lane_solver`), so constraint solves follow the
+same path and the differences stay smooth; a stepper without lanes (`differentiable=False`) runs at
+the model's own.
 
 Constraint switches. Where a lane's step makes a contact or limit row appear or vanish (a jump in
 force: a contact's damping acts at once) or change regime (a kink), a difference across it is not
@@ -652,12 +654,12 @@ class FiniteDifferenceStep:
       from .lane_solver import FOLLOW_TOLERANCE, follows
 
       if follows(s.model) and skips_solver(s.model, self._data):
-        # the nominal worlds at the model's tolerance, the lanes at a tight one, none stopping before
-        # its nominal world (`lane_solver`)
-        per_world = np.full(self.nlane * s.nworld, FOLLOW_TOLERANCE, np.float32)
-        per_world[:s.nworld] = s.tolerance
-        tolerance, follow = wp.array(per_world, dtype=float, device=s.device), s.nworld
-    self._physics = Physics(s.model, self._data, tolerance=tolerance, follow=follow)
+        # every world at a tight tolerance (or the one `SolverSettings` sets), no lane stopping before
+        # its nominal world or its central difference's partner (`lane_solver`)
+        tol = FOLLOW_TOLERANCE if s.solver.tolerance is None else s.lane_tolerance
+        tolerance, follow = wp.array([tol], dtype=float, device=s.device), s.nworld
+    self._physics = Physics(s.model, self._data, tolerance=tolerance, follow=follow,
+                            pairs=bool(follow) and self.central)
 
   @property
   def param_lane0(self) -> int:

@@ -1,5 +1,5 @@
 """`diffsim.lane_solver`: perturbation lanes that never stop their constraint solve before their
-nominal world (`SolverSettings(lanes="nominal")`)."""
+nominal world or their central difference's partner (`SolverSettings(lanes="nominal")`)."""
 
 import mujoco
 import mujoco_warp as mjw
@@ -47,20 +47,21 @@ def test_without_lanes_it_is_mjwarps_solve_bit_for_bit():
   np.testing.assert_array_equal(got[1][rows], want[1][rows])
 
 
-def test_no_lane_stops_before_its_nominal_world(so101):
-  # 2 worlds x 3 lanes, the lanes' controls nudged: nominal worlds at the model's tolerance, lanes at
-  # 1e-12; every lane runs at least its nominal world's iterations, and far fewer than at tolerance 0
+def test_no_lane_stops_before_its_nominal_world_or_its_partner(so101):
+  # 2 worlds x 3 lanes (nominal, then the two sides of one central difference), the lanes' controls
+  # nudged, every world at 1e-12: every lane runs at least its nominal world's iterations, the two
+  # sides the same number, and far fewer than at tolerance 0
   from diffsim.lane_solver import FOLLOW_TOLERANCE
 
   rng = np.random.default_rng(0)
   base = 0.3 * rng.standard_normal((2, so101.nu))
   ctrl = np.concatenate([base, base + 1e-3, base - 1e-3])
-  per_world = np.array([so101.tolerance] * 2 + [FOLLOW_TOLERANCE] * 4, np.float32)
-  tol = wp.array(per_world, dtype=float, device=so101.device)
+  tol = wp.array([FOLLOW_TOLERANCE], dtype=float, device=so101.device)
   d = _data(so101, 6, ctrl)
-  _, niter = _replay(so101, d, Physics(so101.model, d, tolerance=tol, follow=2).step, 30)
+  _, niter = _replay(so101, d, Physics(so101.model, d, tolerance=tol, follow=2, pairs=True).step, 30)
   lanes, nominal = niter[:, 2:], np.tile(niter[:, :2], (1, 2))
   assert (lanes >= nominal).all()
+  np.testing.assert_array_equal(niter[:, 2:4], niter[:, 4:6])
   zero = _data(so101, 6, ctrl)
   _, at_zero = _replay(so101, zero, Physics(so101.model, zero, tolerance=so101.lane_tolerance_array).step, 30)
   assert niter.mean() < 0.6 * at_zero.mean()  # measured: 1.0 against 2.0
@@ -74,9 +75,10 @@ def so101_nominal():
 
 def test_lane_gradients_as_exact_as_at_tolerance_zero(so101, so101_nominal):
   """The README's SO-101 gradient case (dry friction, saturating servos), lanes against float64
-  MuJoCo C: following the nominal world keeps each input's error (measured against tolerance 0: ctrl
-  9.4e-5 both, qpos0 2.7e-4 both, qvel0 2.3e-4 / 2.4e-4, damping 4.9e-5 / 2.5e-5, armature 9.6e-4 /
-  9.5e-4, gain 4.4e-5 / 5.5e-5)."""
+  MuJoCo C: lanes that follow their nominal world keep each input's error (measured, tolerance 0 /
+  following: ctrl 9.4e-5 / 1.0e-4, qpos0 2.7e-4 / 2.6e-4, qvel0 2.4e-4 / 2.2e-4, damping 2.5e-5 /
+  5.8e-5, armature 9.5e-4 / 7.4e-4, gain 5.5e-5 / 4.5e-5)."""
+  assert so101.solver.lanes == "tolerance" and so101_nominal.solver.lanes == "nominal"
   kw = models.gradient_inputs("so101_40", so101)
   ctrl = kw.pop("ctrl")
   ref = check_gradients(so101, ctrl, gradient="finite_difference", **kw)
