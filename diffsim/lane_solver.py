@@ -2,11 +2,12 @@
 
 Finite-difference lanes need their nominal world's solver path, not a tolerance of zero: a lane that
 stops an iteration before its neighbours differs from them by the solver's residual, noise in the
-difference. diffsim's default (`SolverSettings(lanes="tolerance")`) solves every lane at tolerance
-0, so each runs until its line search stalls or the iteration limit, which in float32 costs several
-times the iterations a converged solve needs (the SO-101: 10.2 against 2.0 per step).
+difference. `SolverSettings(lanes="tolerance")` solves every lane at tolerance 0, so each runs until
+its line search stalls or the iteration limit, which in float32 costs several times the iterations a
+converged solve needs (the SO-101: 10.2 against 2.0 per step).
 
-With `SolverSettings(lanes="nominal")` (opt-in) every world of the lanes' batch, nominal
+With `SolverSettings(lanes="nominal")` (the default `"auto"` takes it where the MJCF allows more than
+10 solver iterations) every world of the lanes' batch, nominal
 (lane 0, world ids `0 .. nworld - 1`) and perturbed alike, solves at `FOLLOW_TOLERANCE` (1e-12, far
 below float32's resolution: a world stops once another iteration would not change its solution),
 and after each Newton iteration a lane world that has stopped is set going again while its nominal
@@ -31,14 +32,14 @@ over 5 draws of the inputs nudged by a few float32 ulps, since one draw moves by
 The sweep (`benchmarks/bench_contact_gradients.py --lanes nominal|tolerance`) and the speed-up
 (`benchmarks/bench_lanes.py`, SO-101 4.4x) are summed up in `scene.SolverSettings`.
 
-Why it is not the default: on models whose MJCF caps the solver at a few iterations (constraints.xml,
-actuation.xml: 4) MuJoCo C at tolerance 0, the reference, runs every step to the cap, and so do the
-tolerance-0 lanes. A nominal world stopping at 1e-12 leaves that path (constraints.xml's qvel0 error
-1.6e-2 against 1.2e-2, mean of 5 draws); the nominal at 0 follows it (1.2e-2) but, on the SO-101, holds
-the whole batch's loop to the iteration limit (1.6x, not 4.4x); the nominal at 0 stopping with its
-last lane costs nothing there (4.7x) and tracks C on constraints.xml, but actuation's lanes, which
-stop before the cap, then err more on 5 draws of 5 (qvel0 2.5e-5 against 2.1e-5). No rule tried
-was no worse than tolerance 0 on every model.
+Why not everywhere (`"auto"` keeps tolerance 0 at a cap of 10 iterations or fewer): on models whose
+MJCF caps the solver at a few iterations (constraints.xml, actuation.xml: 4) MuJoCo C at tolerance
+0, the reference, runs every step to the cap, and so do the tolerance-0 lanes. A nominal world
+stopping at 1e-12 leaves that path (constraints.xml's qvel0 error 1.6e-2 against 1.2e-2, mean of 5
+draws); the nominal at 0 follows it (1.2e-2) but, on the SO-101, holds the whole batch's loop to the
+iteration limit (1.6x, not 4.4x); the nominal at 0 stopping with its last lane costs nothing there
+(4.7x) and tracks C on constraints.xml, but actuation's lanes, which stop before the cap, then err
+more on 5 draws of 5 (qvel0 2.5e-5 against 2.1e-5). The cap bounds what tolerance 0 costs there.
 
 MJWarp 4.0 has no per-world iteration limit, so `solve_following` is MJWarp's Newton solve
 (`mujoco_warp/_src/solver.py`, `solve` and `_solve`, for the Euler and implicit integrators without

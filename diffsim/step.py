@@ -650,7 +650,7 @@ class FiniteDifferenceStep:
     # mjw.step without idle constraint solves; the lanes at their own solver tolerance
     s = self.scene
     tolerance, follow = (s.lane_tolerance_array if self.differentiable else None), 0
-    if self.differentiable and s.solver.lanes == "nominal" and self.nlane > 1:
+    if self.differentiable and s.lane_stop == "nominal" and self.nlane > 1:
       from .lane_solver import FOLLOW_TOLERANCE, follows
 
       if follows(s.model) and skips_solver(s.model, self._data):

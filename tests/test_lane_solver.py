@@ -78,16 +78,30 @@ def test_lane_gradients_as_exact_as_at_tolerance_zero(so101, so101_nominal):
   MuJoCo C: lanes that follow their nominal world keep each input's error (measured, tolerance 0 /
   following: ctrl 9.4e-5 / 1.0e-4, qpos0 2.7e-4 / 2.6e-4, qvel0 2.4e-4 / 2.2e-4, damping 2.5e-5 /
   5.8e-5, armature 9.5e-4 / 7.4e-4, gain 5.5e-5 / 4.5e-5)."""
-  assert so101.solver.lanes == "tolerance" and so101_nominal.solver.lanes == "nominal"
-  kw = models.gradient_inputs("so101_40", so101)
+  assert so101.lane_stop == "nominal"  # "auto" on the SO-101 (100 iterations allowed)
+  zero = diffsim.Scene.from_xml(models.so101_spec(), nworld=2, device=DEVICE,
+                                solver=diffsim.SolverSettings(lanes="tolerance"))
+  assert zero.lane_stop == "tolerance" and so101_nominal.lane_stop == "nominal"
+  kw = models.gradient_inputs("so101_40", zero)
   ctrl = kw.pop("ctrl")
-  ref = check_gradients(so101, ctrl, gradient="finite_difference", **kw)
+  ref = check_gradients(zero, ctrl, gradient="finite_difference", **kw)
   kw = models.gradient_inputs("so101_40", so101_nominal)
   ctrl = kw.pop("ctrl")
   got = check_gradients(so101_nominal, ctrl, gradient="finite_difference", **kw)
   print("tolerance 0:", ref, "\nnominal:", got)
   for name, err in got.rel_err.items():
     assert err < max(1.5 * ref.rel_err[name], 1e-4), f"{name}: {err:.2e} against {ref.rel_err[name]:.2e} at 0"
+
+
+def test_auto_lanes_follow_the_iteration_cap():
+  """`lanes="auto"` keeps tolerance 0 where the MJCF caps the solver at 10 iterations or fewer."""
+  capped = diffsim.Scene.from_xml(models.SLIDING_BOX.replace('<option timestep="0.005"/>',
+                                                             '<option timestep="0.005" iterations="4"/>'),
+                                  nworld=1, device="cpu")
+  assert capped.mjm.opt.iterations == 4 and capped.lane_stop == "tolerance"
+  assert diffsim.Scene.from_xml(models.SLIDING_BOX, nworld=1, device="cpu").lane_stop == "nominal"  # MuJoCo's 100
+  few = diffsim.Scene.from_xml(models.SLIDING_BOX, nworld=1, device="cpu", solver=diffsim.SolverSettings(iterations=8))
+  assert few.lane_stop == "tolerance"
 
 
 def test_lanes_setting_is_checked():
