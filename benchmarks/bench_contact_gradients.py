@@ -411,7 +411,7 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
   parser.add_argument("--tolerance", type=float, default=None,
                       help="the constraint solver's (default: SolverSettings'); results go to a _tol<value> file")
-  parser.add_argument("--lanes", choices=["tolerance", "nominal"], default=None,
+  parser.add_argument("--lanes", choices=["auto", "tolerance", "nominal"], default=None,
                       help="SolverSettings.lanes, and the lanes' gradient on every model; results go to a "
                            "_lanes-<value> file")
   parser.add_argument("--nudge", type=int, default=0,
