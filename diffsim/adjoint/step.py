@@ -451,7 +451,7 @@ class AnalyticStep:
       P.launch("step", _free_gyro_term, (n, self.nfree), [m.body_dofadr, self.free_body, self.h_damp, crb_free, xpos,
                                                           xmat, com, self.qvel, self.qacc_e], [self.damp])
     if self.tendons is not None:
-      self.tendons.implicit_damping(h, self.qacc_e, self.damp)
+      self.tendons.implicit_damping(self.h_damp, self.qacc_e, self.damp)
     if self.trn_vel is not None:
       record_transmission_damping(P, mjm, arr, accumulated, h=self.h_damp, vel=self.trn_vel, moment=self.trn_moment,
                                   qacc_e=self.qacc_e, damp=self.damp)
