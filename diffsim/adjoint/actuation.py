@@ -126,6 +126,46 @@ def _actuation(
       wp.atomic_add(qfrc_out, w, d + i, gears[i] * force)
 
 
+@wp.func
+def _velocity_coef(
+  # Model:
+  actuator_dyntype: wp.array[int],
+  actuator_gaintype: wp.array[int],
+  actuator_biastype: wp.array[int],
+  actuator_actadr: wp.array[int],
+  actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2],
+  actuator_gainprm: wp.array2d[vec10],
+  actuator_biasprm: wp.array2d[vec10],
+  # In:
+  act: wp.array2d[float],
+  ctrl: wp.array2d[float],
+  actuator_force: wp.array2d[float],
+  w: int,
+  u: int,
+) -> float:
+  """`d force / d actuator velocity` of an affine actuator, `biasprm[2] + gainprm[2] * input`, or 0
+  while its force is clamped (MJWarp's `_qderiv_actuator_passive_vel`)."""
+  gain = float(0.0)
+  if actuator_gaintype[u] == _GAIN_AFFINE:
+    gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
+  bias = float(0.0)
+  if actuator_biastype[u] == _BIAS_AFFINE:
+    bias = actuator_biasprm[w % actuator_biasprm.shape[0], u][2]
+  clamped = False
+  if actuator_forcelimited[u]:
+    r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
+    f = actuator_force[w, u]
+    clamped = f <= r[0] or f >= r[1]
+  vel = float(0.0)
+  if not clamped:
+    if actuator_dyntype[u] != _DYN_NONE:
+      vel = bias + gain * act[w, actuator_actadr[u]]
+    else:
+      vel = bias + gain * ctrl[w, u]
+  return vel
+
+
 @wp.kernel
 def _actuator_velocity_diag(
   # Model:
@@ -166,26 +206,10 @@ def _actuator_velocity_diag(
     if f <= r[0] or f >= r[1]:
       return
   if typ == HINGE or typ == SLIDE:
-    gain = float(0.0)
-    if actuator_gaintype[u] == _GAIN_AFFINE:
-      gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
-    bias = float(0.0)
-    if actuator_biastype[u] == _BIAS_AFFINE:
-      bias = actuator_biasprm[w % actuator_biasprm.shape[0], u][2]
-    clamped = int(0)
-    if actuator_forcelimited[u]:
-      r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
-      f = actuator_force[w, u]
-      if f <= r[0] or f >= r[1]:
-        clamped = 1
-    if clamped == 0:
-      vel = bias
-      if actuator_dyntype[u] != _DYN_NONE:
-        vel = bias + gain * act[w, actuator_actadr[u]]
-      else:
-        vel = bias + gain * ctrl[w, u]
-      gear = actuator_gear[w % actuator_gear.shape[0], u][0]
-      wp.atomic_add(bdiag_out, w, jnt_dofadr[jnt], -gear * gear * vel)
+    vel = _velocity_coef(actuator_dyntype, actuator_gaintype, actuator_biastype, actuator_actadr, actuator_forcelimited,
+                         actuator_forcerange, actuator_gainprm, actuator_biasprm, act, ctrl, actuator_force, w, u)
+    gear = actuator_gear[w % actuator_gear.shape[0], u][0]
+    wp.atomic_add(bdiag_out, w, jnt_dofadr[jnt], -gear * gear * vel)
 
 
 @wp.kernel
@@ -233,24 +257,12 @@ def _transmission_velocity_gain(
   clamped (MJWarp's `_qderiv_actuator_passive_vel`); implicitfast integrates `vel m m^T` implicitly
   (`tendons.record_transmission_damping`)."""
   w, u = wp.tid()
-  vel_out[w, u] = 0.0
-  if actuator_trntype[u] == _TRN_JOINT or actuator_trntype[u] == _TRN_JOINTINPARENT:
-    return
-  gain = float(0.0)
-  if actuator_gaintype[u] == _GAIN_AFFINE:
-    gain = actuator_gainprm[w % actuator_gainprm.shape[0], u][2]
-  bias = float(0.0)
-  if actuator_biastype[u] == _BIAS_AFFINE:
-    bias = actuator_biasprm[w % actuator_biasprm.shape[0], u][2]
-  if actuator_forcelimited[u]:
-    r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
-    f = actuator_force[w, u]
-    if f <= r[0] or f >= r[1]:
-      return
-  if actuator_dyntype[u] != _DYN_NONE:
-    vel_out[w, u] = bias + gain * act[w, actuator_actadr[u]]
-  else:
-    vel_out[w, u] = bias + gain * ctrl[w, u]
+  vel = float(0.0)
+  if actuator_trntype[u] != _TRN_JOINT and actuator_trntype[u] != _TRN_JOINTINPARENT:
+    vel = _velocity_coef(actuator_dyntype, actuator_gaintype, actuator_biastype, actuator_actadr,
+                         actuator_forcelimited, actuator_forcerange, actuator_gainprm, actuator_biasprm, act, ctrl,
+                         actuator_force, w, u)
+  vel_out[w, u] = vel
 
 
 def transmission_velocity_gains(mjm: mujoco.MjModel) -> bool:

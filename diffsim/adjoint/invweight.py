@@ -230,7 +230,7 @@ class InvWeightAdjoint:
     Q.launch("q0", _weighted_armature, (n, nv), [m.dof_armature, self.W], [self.E])
     self.frames = (xipos, com, cinert, cdof)
     self.M, self.L, self.A, self.S, self.tmp = (z((n, nv, nv)) for _ in range(5))
-    self.crb, self.zeros, self.no_tendons = z((n, nb), vec10), z((n, nv)), z((1, 1, 1))
+    self.crb, self.zeros, self.no_pairs = z((n, nb), vec10), z((n, nv)), z((1, 1, 1))
     self.program = Q
 
   def run(self) -> None:
@@ -243,7 +243,7 @@ class InvWeightAdjoint:
     Q.forward("q0")  # W is still zero: E's value is not needed, only the frames and the reverse pass
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, 0.0, self.zeros, cinert, cdof,
-                      self.crb, m.tendon_armature, self.no_tendons, 0, self.no_tendons, 0],
+                      self.crb, self.no_pairs, self.no_pairs, 0, 0],
               outputs=[self.M, self.L])
     wp.launch(_inverse, dim=(n, nv), device=s.device, inputs=[self.L], outputs=[self.A])
     self.S.zero_()

@@ -27,18 +27,18 @@ def _mass_matrix(
   cinert: wp.array2d[vec10],
   cdof: wp.array2d[wp.spatial_vector],
   crb: wp.array2d[vec10],  # (nworld, nbody) scratch
-  tendon_armature: wp.array2d[float],  # (nbatch, ntendon)
-  ten_J: wp.array3d[float],  # (nworld, ntendon, nv) replayed tendon Jacobians
-  nten: int,  # tendons whose armature to add (0: none)
+  M_pairs: wp.array3d[float],  # (nworld, nv, nv) the tendons' armature J^T J, lower triangle (`_rank_ones`)
   B_pairs: wp.array3d[float],  # (nworld, nv, nv) h B's dense part, lower triangle (`_rank_ones`)
-  nB: int,  # whether to add it
+  nM: int,  # whether to add M_pairs
+  nB: int,  # whether to add B_pairs
   # Out:
   M_out: wp.array3d[float],  # (nworld, nv, nv) M, dense
   H_out: wp.array3d[float],  # (nworld, nv, nv) Cholesky factor of M + h_damp diag(bdiag), lower
 ):
   """Composite-rigid-body mass matrix (MJWarp's `crb`) plus the tendons' `armature J^T J` on the
-  tree's ancestor pairs (`mj_tendonArmature`), dense, and the factor of the matrix the Euler (or
-  implicitfast) step solves with, `M + h B` (`B`'s diagonal `bdiag` plus its dense part `B_pairs`)."""
+  tree's ancestor pairs (`mj_tendonArmature`; `M_pairs`), dense, and the factor of the matrix the
+  Euler (or implicitfast) step solves with, `M + h B` (`B`'s diagonal `bdiag` plus its dense part
+  `B_pairs`)."""
   w = wp.tid()
   nbody = body_subtreenum.shape[0]
   nv = dof_bodyid.shape[0]
@@ -60,19 +60,13 @@ def _mass_matrix(
       M_out[w, i, j] = v
       M_out[w, j, i] = v
       j = dof_parentid[j]
-  for t in range(nten):
-    a = tendon_armature[w % tendon_armature.shape[0], t]
+  if nM != 0:
+    # plain reads and writes, not `+=`: one thread per world owns M (deterministic mode's atomics)
     for i in range(nv):
-      ji = a * ten_J[w, t, i]
-      if ji != 0.0:
-        # plain reads and writes, not `+=`: one thread per world owns M (deterministic mode's atomics)
-        M_out[w, i, i] = M_out[w, i, i] + ji * ten_J[w, t, i]
-        j = dof_parentid[i]
-        while j >= 0:
-          v = ji * ten_J[w, t, j]
-          M_out[w, i, j] = M_out[w, i, j] + v
-          M_out[w, j, i] = M_out[w, j, i] + v
-          j = dof_parentid[j]
+      M_out[w, i, i] = M_out[w, i, i] + M_pairs[w, i, i]
+      for j in range(i):
+        M_out[w, i, j] = M_out[w, i, j] + M_pairs[w, i, j]
+        M_out[w, j, i] = M_out[w, j, i] + M_pairs[w, i, j]
   for i in range(nv):
     for j in range(i + 1):
       v = M_out[w, i, j]
@@ -97,9 +91,9 @@ def _rank_ones(
   # Out:
   out: wp.array3d[float],  # (nworld, nv, nv) += scale coef r r^T on (i, ancestor-or-self j), lower
 ):
-  """A dense part of implicitfast's `h B`: `scale coef_r r r^T` for each row `r` (a damped tendon's
-  Jacobian, a velocity-gain actuator's moment) on the pairs of dofs where one is the other's ancestor,
-  where MJWarp's `qDeriv` has entries (`M_elemid`). One thread per world (no atomics)."""
+  """`scale coef_r r r^T` for each row `r` (a tendon's Jacobian with its armature or implicitfast's
+  damping, a velocity-gain actuator's moment) on the pairs of dofs where one is the other's ancestor,
+  where MJWarp's M and `qDeriv` have entries (`M_elemid`). One thread per world (no atomics)."""
   w = wp.tid()
   for r in range(rows.shape[1]):
     c = scale * coef[w % coef.shape[0], r]

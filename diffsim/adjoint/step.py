@@ -408,7 +408,7 @@ class AnalyticStep:
       P.launch("state", _joint_actuator_limits, (n, nv), [m.dof_jntid, m.jnt_actfrclimited, m.jnt_actfrcrange,
                                                           qfrc_act_raw], [qfrc_actuator])
     P.launch("state", _damping_diag, (n, nv), [m.dof_damping, 0.0 if off & dsbl.mjDSBL_DAMPER else 1.0], [bdiag])
-    if implicitfast and nu and not off & dsbl.mjDSBL_ACTUATION:
+    if implicitfast and actuating:
       P.launch("state", _actuator_velocity_diag, (n, nu),
                [m.jnt_type, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype, m.actuator_gaintype,
                 m.actuator_biastype, m.actuator_actadr, m.actuator_forcelimited, m.actuator_forcerange,
@@ -488,12 +488,12 @@ class AnalyticStep:
                        **(dict(ten_length=self.tendons.length, ten_J=self.tendons.J) if self.tendons else {}),
                        **(self.equalities.values if self.equalities else {}))
     self.cinert, self.cdof, self.jtdj = cinert, cdof, jtdj
-    # the tendon Jacobians and count the mass matrix adds armature with; `h B`'s dense part (implicitfast's
-    # tendon damping and tendon and site actuators' velocity gains), rebuilt each replay
-    ten = self.tendons is not None and self.tendons.armature
-    self.ten_armature = (self.tendons.J, mjm.ntendon) if ten else (z((1, 1, 1)), 0)
+    # dense parts of M (the tendons' armature) and of `h B` (implicitfast's tendon damping and tendon and
+    # site actuators' velocity gains), rebuilt each replay (`_rank_ones`)
+    self.ten_armature = self.tendons is not None and self.tendons.armature
     self.ten_damped = self.tendons is not None and self.tendons.implicit_damping_on
     self.dense_B = self.ten_damped or self.trn_vel is not None
+    self.M_pairs = z((n, nv, nv)) if self.ten_armature else z((1, 1, 1))
     self.B_pairs = z((n, nv, nv)) if self.dense_B else z((1, 1, 1))
     self.crb = z((n, nb), vec10)
     self.free_frames = (crb_free, xpos, xmat, com)
@@ -517,6 +517,10 @@ class AnalyticStep:
     P.forward("state")
     if not with_step:
       return
+    if self.ten_armature:
+      self.M_pairs.zero_()
+      wp.launch(_rank_ones, dim=n, device=s.device, inputs=[m.dof_parentid, m.tendon_armature, 1.0, self.tendons.J],
+                outputs=[self.M_pairs])
     if self.dense_B:
       self.B_pairs.zero_()
       if self.ten_damped:
@@ -527,7 +531,7 @@ class AnalyticStep:
                                                               self.trn_moment], outputs=[self.B_pairs])
     wp.launch(_mass_matrix, dim=n, device=s.device,
               inputs=[m.body_subtreenum, m.dof_bodyid, m.dof_parentid, m.dof_armature, self.h_damp, self.bdiag,
-                      self.cinert, self.cdof, self.crb, m.tendon_armature, *self.ten_armature, self.B_pairs,
+                      self.cinert, self.cdof, self.crb, self.M_pairs, self.B_pairs, int(self.ten_armature),
                       int(self.dense_B)],
               outputs=[self.M, self.L])
     wp.launch(_damped_acceleration, dim=n, device=s.device, inputs=[self.M, self.L, self.qacc], outputs=[self.qacc_e])

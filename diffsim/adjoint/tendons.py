@@ -10,7 +10,7 @@ the branches after them) is the sum of its straight segments' lengths, each Jaco
 
 Armature `A` adds the tendon's inertia to inverse dynamics: `J^T A (J a + Jdot v)`, the bracket the
 tendon's acceleration, built from the replayed site accelerations (`TendonRows.inertia`), and
-`A J^T J` to the mass matrix (`solve._mass_matrix`), both only on pairs of dofs where one is the
+`A J^T J` to the mass matrix (`solve._rank_ones`, `_mass_matrix`), both only on pairs of dofs where one is the
 other's ancestor, as MuJoCo's `mj_tendonArmature` adds it into the tree's sparsity. implicitfast
 integrates tendon damping and the velocity gains of tendon and site actuators implicitly: their
 `h B a_e` on the same pairs (`TendonRows.implicit_damping`, `record_transmission_damping`).
