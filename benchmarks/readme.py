@@ -110,6 +110,13 @@ def adjoint(results: str) -> str:
   return table(_load(results, "adjoint_cpu.json"))
 
 
+def linearize(results: str) -> str:
+  """Analytic step Jacobians beside the lanes' (`bench_linearize.py`)."""
+  from .bench_linearize import table
+
+  return table(_load(results, "linearize_cpu.json")["rows"])
+
+
 def distributed(results: str) -> str:
   """Scale-out with Ray: 1 vs N workers per job, bytes per call (`bench_distributed.py`), and its command."""
   from .bench_distributed import table
@@ -398,6 +405,7 @@ BLOCKS = {
   "distributed": (distributed, ("distributed_cpu.json",)),
   "tolerance": (tolerance, ("tolerance_cpu.json",)),
   "forward": (forward, ("forward_cpu.json",)),
+  "linearize": (linearize, ("linearize_cpu.json",)),
   "startup": (startup, ("cpu.json",)),
   "render": (rendering, ("render_cpu.json",)),
 }

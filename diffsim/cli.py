@@ -107,9 +107,11 @@ def _add_sysid(sub) -> None:
   p.add_argument("--no-normalize", action="store_true",
                  help="do not divide each signal by its spread (weights then carry the units)")
   p.add_argument("--method", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
-  p.add_argument("--jacobian", choices=("auto", "forward", "directional"), default="auto",
+  p.add_argument("--jacobian", choices=("auto", "forward", "directional", "finite_difference"), default="auto",
                  help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
                       "parameter (faster with few parameters, less precise on constrained models); auto (default): "
+                      "forward on the analytic step's Jacobians where the adjoint covers the model; on the lanes "
+                      "(and with finite_difference, whatever it covers) "
                       "directional while the trajectories meet no constraint row and converge fast, else forward, "
                       "taking directional's step where that lowers the cost further (recordings that reach "
                       "joint limits or make contact). Where trajectories cross such switches, each checks the "

@@ -17,7 +17,10 @@ one MJWarp world per world forward, a reverse sweep through the smooth dynamics 
 which it took and why (`Rollout.gradient`, `Rollout.gradient_reason`, one log line on the `diffsim`
 logger). `gradient="finite_difference"` keeps the lanes; `gradient="analytic"` on a model it does not
 cover is an error naming the feature. Linearized calls (`linearize=True`, iLQR and Gauss-Newton)
-and forward mode always use the lanes.
+form whole step Jacobians the same way: `jacobian="auto"` (the default) takes them from the analytic
+step (`adjoint.AnalyticJacobian`: one reverse sweep of the replay per row) where it covers the model,
+else from the lanes (`Rollout.jacobian`, `Rollout.jacobian_reason`). Forward mode always uses the
+lanes.
 
 `Rollout` is the same with every buffer allocated once, for loops and graph capture. With
 `directions=m` it runs in forward mode instead: a linearized rollout propagates `m` tangents of
@@ -44,6 +47,7 @@ __all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError", "GradientWarni
 
 _log = logging.getLogger("diffsim")
 GRADIENTS = ("auto", "analytic", "finite_difference")  # how a Rollout forms tape gradients
+JACOBIANS = GRADIENTS  # and step Jacobians (linearized calls)
 
 
 class DivergenceError(FloatingPointError):
@@ -125,7 +129,7 @@ class _Buffers:
       self.jac = self.sjac = None
       if not analytic:
         self.jacobian_buffers()
-      self.qacc = z(n, nstep, scene.nv) if analytic else None
+      self.qacc = z(n, nstep, scene.nv) if analytic else None  # the analytic step's accelerations
       self.lam = z(n, nstep + 1, scene.nx)
       self.theta_grad = z(n, max(fd.nparam, 1))
       self.ctrl_grad = z(n, nstep, scene.nu)  # used when ctrl has no .grad
@@ -356,6 +360,10 @@ class Rollout:
       `analytic_coverage` allows, else the lanes), `"analytic"` (an error naming the first feature
       it does not cover) or `"finite_difference"` (the lanes). `gradient` and `gradient_reason`
       say what was chosen and why.
+    jacobian: how linearized calls form the step and sensor Jacobians, with the same choices
+      (default: as `gradient`): `"auto"` the analytic step's (`adjoint.AnalyticJacobian`, no
+      perturbation lanes) where `analytic_coverage` allows, else the lanes. `jacobian` and
+      `jacobian_reason` say which and why.
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -368,12 +376,16 @@ class Rollout:
 
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
                central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
-               check: bool = False, directions: int = 0, guard: bool | None = None, gradient: str = "auto"):
+               check: bool = False, directions: int = 0, guard: bool | None = None, gradient: str = "auto",
+               jacobian: str | None = None):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     if gradient not in GRADIENTS:
       raise ValueError(f"gradient must be one of {GRADIENTS}, got {gradient!r}")
-    from .adjoint import AnalyticStep  # imports mujoco_warp: only once a Rollout is built
+    jacobian = gradient if jacobian is None else jacobian
+    if jacobian not in JACOBIANS:
+      raise ValueError(f"jacobian must be one of {JACOBIANS}, got {jacobian!r}")
+    from .adjoint import AnalyticJacobian, AnalyticStep  # import mujoco_warp: only once a Rollout is built
 
     # building launches kernels (MJWarp's memory probe, parameter rows): keep them off a user's tape
     with off_tape():
@@ -382,8 +394,10 @@ class Rollout:
       self.ncall = 0
       self.layout = ParamLayout(scene, params)
       self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
-      analytic = self.gradient == "analytic"
-      # with the analytic adjoint the lanes only serve linearized calls: their worlds are made then
+      self.jacobian, self.jacobian_reason = _choose_gradient(scene, self.layout, jacobian, differentiable, directions,
+                                                             what="jacobian")
+      analytic = "analytic" in (self.gradient, self.jacobian)
+      # with the analytic step the lanes serve only what it does not form: their worlds are made then
       self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,
                                      ctrl_jacobian=ctrl_jacobian, eps=eps, directions=directions, guard=guard,
                                      lazy=analytic)
@@ -398,6 +412,8 @@ class Rollout:
       self.layout.reserve(1 if analytic else self.fd.nlane)
       # the analytic adjoint's arrays and launches, made after the parameter rows they read
       self.adjoint = AnalyticStep(scene, self.layout, self._fwd) if analytic else None
+      self._linearizer = AnalyticJacobian(self.adjoint, ctrl_jacobian=self.fd.ctrl_jacobian) \
+        if self.jacobian == "analytic" else None
 
   @property
   def params(self) -> list[Param]:
@@ -431,7 +447,11 @@ class Rollout:
     call this first when that call will be captured (iLQR, Gauss-Newton)."""
     if self.fd.differentiable and not self.fd.ndir:
       self.buffers.jacobian_buffers()
-      self.fd.data
+      if self._linearizer is None:  # the analytic step's Jacobians need no lane worlds
+        self.fd.data
+      # the lanes' parameter rows all the same (a few floats per lane): a forward-mode Rollout of the
+      # same parameters made later (Gauss-Newton's second opinion) then finds them and leaves the
+      # arrays this Rollout's graphs read in place
       self.layout.reserve(self.fd.nlane)
       if self.adjoint is not None:
         self.adjoint.rebuild()  # its launches read the parameter rows just reallocated
@@ -444,6 +464,17 @@ class Rollout:
       raise RuntimeError("no step Jacobians yet: this Rollout takes tape gradients from the analytic adjoint; "
                          "call it with linearize=True first")
     return self.buffers.jac, self.buffers.sjac
+
+  @property
+  def nlane(self) -> int:
+    """MJWarp worlds per world that a linearized call steps: 1 with the analytic step's Jacobians."""
+    return 1 if self._linearizer is not None else self.fd.nlane
+
+  @property
+  def nominal_data(self):
+    """The MJWarp `Data` whose first `nworld` worlds ran the last linearized call's nominal
+    trajectories (the lanes' worlds, or the analytic step's own), e.g. to read constraint rows."""
+    return self._fwd.data if self._linearizer is not None else self.fd.data
 
   def switches(self) -> wp.array:
     """`(nworld, nstep + 1)` int: per world and step of the last differentiable call, the Jacobian
@@ -545,9 +576,11 @@ class Rollout:
     state0 = (_as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0),
               _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0),
               _as_state(act0, "act0", n, scene.na, scene, b.act0))
-    analytic = differentiate and self.adjoint is not None and not linearize
-    if differentiate and not analytic and not self.fd.ndir:
+    # analytic: the analytic step runs the call (its adjoint on a tape; its Jacobians when linearized)
+    analytic = differentiate and (self._linearizer is not None if linearize else self.gradient == "analytic")
+    if differentiate and not self.fd.ndir and (linearize or not analytic):
       b.jacobian_buffers()
+    if differentiate and not analytic and not self.fd.ndir:
       self.fd.data  # the lane worlds, allocated now if this is their first use
     if differentiate and not self.fd.differentiable:
       raise RuntimeError("this Rollout was built with differentiable=False but is recorded on a tape or asked "
@@ -564,7 +597,8 @@ class Rollout:
       elif tangent0.ndim != 3 or tangent0.shape[1:] != shape or tangent0.shape[0] not in (1, n):
         raise ValueError(f"tangent0 must have shape (nworld={n}, nx={shape[0]}, directions={shape[1]}) or "
                          f"(1, {shape[0]}, {shape[1]}), got {tangent0.shape}")
-    stepper = self.adjoint if analytic else self.fd if differentiate else self._fwd
+    stepper = (self._linearizer if linearize else self.adjoint) if analytic else self.fd if differentiate else \
+      self._fwd
     return _Call(b, ctrl, state0, tangent0, differentiate, stepper,
                  Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt), analytic)
 
@@ -589,7 +623,7 @@ class Rollout:
   def _step(self, call: _Call, k: int) -> None:
     b = call.b
     if call.analytic:
-      call.stepper.step(call.traj, call.ctrl, b.warm, k, qacc=b.qacc)
+      call.stepper.step(call.traj, call.ctrl, b.warm, k, qacc=b.qacc, jac=b.jac, sjac=b.sjac)
       return
     call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac,
                       switches=b.switches)
@@ -625,11 +659,13 @@ class Rollout:
                 outputs=[p.value.grad])
 
 
-def _choose_gradient(scene, layout: ParamLayout, gradient: str, differentiable: bool, directions: int):
-  """`(gradient, reason)`: which backward pass a Rollout's tape gradients use, and why."""
+def _choose_gradient(scene, layout: ParamLayout, gradient: str, differentiable: bool, directions: int,
+                     what: str = "gradient"):
+  """`(choice, reason)`: which backward pass a Rollout's tape gradients use (or, `what="jacobian"`,
+  which step its linearized calls form), and why."""
   if gradient == "analytic" and directions:
-    raise ValueError("forward mode (directions=) propagates tangents through the finite-difference lanes; "
-                     "use gradient='finite_difference' or 'auto' with directions")
+    raise ValueError(f"forward mode (directions=) propagates tangents through the finite-difference lanes; "
+                     f"use {what}='finite_difference' or 'auto' with directions")
   if gradient == "finite_difference" or not differentiable or directions:
     why = "asked for" if gradient == "finite_difference" else "forward mode" if directions else "not differentiable"
     return "finite_difference", why
@@ -639,10 +675,11 @@ def _choose_gradient(scene, layout: ParamLayout, gradient: str, differentiable: 
   if uncovered is None:
     return "analytic", "every feature of the model is covered"
   if gradient == "analytic":
-    raise ValueError(f"gradient='analytic': the analytic adjoint does not cover {uncovered}; "
-                     "use gradient='finite_difference' or 'auto'")
+    raise ValueError(f"{what}='analytic': the analytic adjoint does not cover {uncovered}; "
+                     f"use {what}='finite_difference' or 'auto'")
   reason = f"the analytic adjoint does not cover {uncovered}"
-  _log.info("diffsim: finite-difference gradients: %s", reason)
+  if what == "gradient":
+    _log.info("diffsim: finite-difference gradients: %s", reason)
   return "finite_difference", reason
 
 

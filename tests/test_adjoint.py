@@ -92,7 +92,7 @@ def test_replay_equals_mjwarp(smooth, limited, coupled, implicitfast, implicitfa
     with wp.Tape():
       traj = ro(u, act0=act0, **kw)
     ro.adjoint.rebuild()
-    ro.adjoint.replay(traj, ro.buffers.qacc, 0, 0, True)
+    ro.adjoint.replay(traj, ro.buffers.qacc, 0, True)
     # MJWarp at the same state
     d = mjw.put_data(scene.mjm, mujoco.MjData(scene.mjm), nworld=n)
     for name in ("qpos", "qvel", "act"):
@@ -238,14 +238,17 @@ def test_selection(cartpole, so101, caplog):
   assert analytic_coverage(m) is None
 
 
-def test_linearize_keeps_lanes(cartpole):
-  """iLQR and Gauss-Newton linearize with the lanes, also on a Rollout whose tape gradients are analytic."""
+def test_linearize_takes_the_analytic_step(cartpole):
+  """iLQR and Gauss-Newton linearize with the analytic step's Jacobians by default (no lanes made;
+  their values: tests/test_jacobians.py), made on the first linearized call."""
   ro = diffsim.Rollout(cartpole, 10)
+  assert ro.jacobian == "analytic" and ro.fd._data is None
   ctrl = wp.array(np.zeros((2, 10, cartpole.nu), np.float32), dtype=float, device=cartpole.device)
   with pytest.raises(RuntimeError, match="linearize=True first"):
     ro.jacobians()
   ro(ctrl, linearize=True)
   assert ro.jacobians()[0].shape == (2, 10, cartpole.nx, ro.fd.nz)
+  assert ro.fd._data is None  # still no lane worlds
 
 
 def test_capture_repeats_bitwise(ball_free):

@@ -41,19 +41,19 @@ def test_bench_sysid_quick(tmp_path, capsys):
         assert isinstance(r[f"{tool}_success"], bool)
     assert math.isfinite(r["diffsim_compile_s"]) and r["diffsim_compile_s"] >= 0
     if r["case"] == "armature":
-      # issue 27's case: smooth, so the default keeps the directional Jacobian's 1 + nparam lanes
-      assert r["nparam"] == 5 and r["steps"] == 40 and r["diffsim_worlds"] == 2 * (1 + 5)
+      # issue 27's case: the default takes the analytic step's Jacobians, one world per trajectory
+      assert r["nparam"] == 5 and r["steps"] == 40 and r["diffsim_worlds"] == 2
       assert r["sysid_err"] < 1e-6 and r["diffsim_err"] < 1e-4, (r["sysid_err"], r["diffsim_err"])
       continue
     if r["limits"]:
       assert r["nparam"] == 5 and r["steps"] == 200 and r["guess"] == [0.01] * 5
       assert [a > 0 for a in r["at_limit"]] == [False, False, False, True], r["at_limit"]
-      assert r["forward_worlds"] == r["diffsim_worlds"]  # the default steps forward's lanes
-      assert r["directional_worlds"] < r["diffsim_worlds"]  # 1 + nparam lanes against 1 + 2 nv + nparam + nv guards
+      assert r["forward_worlds"] == r["diffsim_worlds"] == r["ntraj"]  # analytic: no lanes
+      assert r["directional_worlds"] == r["ntraj"] * (1 + 5)  # forward mode's 1 + nparam lanes
       continue
     assert r["nparam"] == 10 and r["steps"] == 40
-    # smooth: the default keeps the directional Jacobian (1 + nparam lanes per trajectory)
-    assert r["diffsim_worlds"] == r["directional_worlds"] == r["ntraj"] * (1 + 10)
+    # smooth: the default's analytic step Jacobians, against forward mode's 1 + nparam lanes
+    assert r["diffsim_worlds"] == r["ntraj"] and r["directional_worlds"] == r["ntraj"] * (1 + 10)
     # the initial guess is 30% off; both must land on the truth (noise-free data)
     assert r["sysid_err"] < 1e-6, r["sysid_err"]
     assert r["diffsim_err"] < 1e-4 and r["directional_err"] < 1e-4, (r["diffsim_err"], r["directional_err"])

@@ -147,7 +147,7 @@ def test_self_check_fires_with_forward_differences(onset):
   """Forward differences have no guard lanes to fall back on (qpos columns: a step up and a step
   down), so under ceiling a too every lane of the z column switches."""
   nstep = 3
-  ro = diffsim.Rollout(onset, nstep, central=False, check=True)
+  ro = diffsim.Rollout(onset, nstep, central=False, check=True, gradient="finite_difference")
   with pytest.warns(diffsim.GradientWarning, match=r"8 finite-difference Jacobian column\(s\) in 8 world-step\(s\), "
                                                    r"first world 0 at step 0"):
     ro(wp.zeros((2, nstep, 1), dtype=float, device=onset.device), qpos0=ONSET_QPOS0, linearize=True)

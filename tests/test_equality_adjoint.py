@@ -172,7 +172,7 @@ def test_rows_equal_mjwarp(name, request):
   mjw.forward(scene.model, d)
   qacc = wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device)
   ro.adjoint.rebuild()
-  ro.adjoint.replay(traj, qacc, 0, 0, True)
+  ro.adjoint.replay(traj, qacc, 0, True)
   v = {k: a.numpy() for k, a in ro.adjoint.values.items()}
   # MJWarp's rows: the equality rows, in equality order
   nefc = d.nefc.numpy()
@@ -211,7 +211,7 @@ def test_ball_limit_rows_equal_mjwarp(ball_limit):
   quadratic = int(mujoco.mjtConstraintState.mjCNSTRSTATE_QUADRATIC)
   assert (d.nefc.numpy() == 1).all() and (d.efc.state.numpy()[:, 0] == quadratic).all()  # one row, quadratic
   ro.adjoint.rebuild()
-  ro.adjoint.replay(traj, wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device), 0, 0, True)
+  ro.adjoint.replay(traj, wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device), 0, True)
   want = d.qfrc_constraint.numpy()
   assert np.abs(want).max() > 0.1
   got = ro.adjoint.values["qfrc_constraint"].numpy()
@@ -258,7 +258,7 @@ def test_sparse_rows_equal_mjwarp():
   mjw.forward(scene.model, d)
   mjw.forward(scene.model, d)
   ro.adjoint.rebuild()
-  ro.adjoint.replay(traj, wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device), 0, 0, True)
+  ro.adjoint.replay(traj, wp.array(d.qacc.numpy()[:, None], dtype=float, device=scene.device), 0, True)
   nefc = d.nefc.numpy()[0]
   v = ro.adjoint.values
   np.testing.assert_allclose(v["eq_D"].numpy()[0], d.efc.D.numpy()[0, :nefc], rtol=1e-5)

@@ -132,7 +132,7 @@ def test_self_check_marks_every_unreliable_step(so101, central):
   m = so101.mjm
   rng = np.random.default_rng(0)
   ctrl = (np.tile(0.3 * rng.standard_normal(m.nu), (40, 1)) + 0.05 * rng.standard_normal((40, m.nu))).astype(np.float32)
-  ro = diffsim.Rollout(so101, 40, central=central)
+  ro = diffsim.Rollout(so101, 40, central=central, jacobian="finite_difference")
   ro(wp.array(np.tile(ctrl[None], (so101.nworld, 1, 1)), dtype=float), linearize=True)
   flagged = ro.switches().numpy()[0, :40] > 0
   err = _step_errors(so101, ro.jacobians()[0].numpy()[0], m.qpos0, np.zeros(m.nv), ctrl.astype(np.float64))
@@ -148,7 +148,7 @@ def test_self_check_marks_every_unreliable_step(so101, central):
 
 @pytest.mark.parametrize("name", ["cartpole", "ball_free", "constrained"])
 def test_step_jacobians_match_mjd_transitionFD(name, request):
-  """Per-step A, B, C, D against MuJoCo's own finite-difference derivatives (tangent space).
+  """Per-step A, B, C, D of the lanes against MuJoCo's own finite-difference derivatives (tangent space).
 
   "constrained" has no contacts but a loop closed by an equality constraint, a joint resting 0.8 mm
   past its limit and an activation state: position constraints with the ~1 mm impedance width of
@@ -173,7 +173,7 @@ def test_step_jacobians_match_mjd_transitionFD(name, request):
     qpos0[:] = [0.0, 0.0, 0.0, 0.5008]  # the loop closed as compiled; the arm 0.8 mm past its limit
     qvel0[:] = [0.5, -0.5, 0.5, 0.0]
     tol = 1e-2
-  ro = diffsim.Rollout(scene, nstep)
+  ro = diffsim.Rollout(scene, nstep, jacobian="finite_difference")  # the analytic step's: tests/test_jacobians.py
   ro(wp.array(u, dtype=float), qpos0=qpos0, qvel0=qvel0, linearize=True)
   jac, sjac = (a.numpy()[0] for a in ro.jacobians())
   d = mujoco.MjData(m)

@@ -59,11 +59,21 @@ def test_lm_recovers_mass_and_damping(result):
   # of a float32 rollout drifting along time, is smaller)
   assert all(abs(result.x[k] - TRUE[k]) <= 3.0 * result.std[k] for k in TRUE), (result.x, result.std)
   assert all(0 < result.std_data[k] <= result.std[k] for k in TRUE)
-  # smooth (no constraint row along the trajectories): "auto" keeps the directional Jacobian, with
-  # 1 + nparam lanes per world, and asks no second opinion
-  assert result.jacobian == "directional" and result.constraint_changes == 0
-  assert result.sim_worlds == 1 + len(TRUE)
+  # "auto" on a covered model: the analytic step's Jacobians propagated forward, one MJWarp world per
+  # world, and (smooth: no constraint row along the trajectories) no second opinion
+  assert result.jacobian == "forward" and result.constraint_changes == 0
+  assert result.sim_worlds == 1
+  assert "analytic step" in result.derivatives["dof_damping:hinge"]
   assert isinstance(result, diffsim.optim.OptimizeResult) and result.method == "lm" and result.time > 0
+
+
+def test_lanes_on_request(rec, result):
+  """`jacobian="finite_difference"`: LM's "auto" on the lanes (the directional Jacobian on smooth
+  data, `1 + nparam` lanes per world); the same answer as the analytic step's."""
+  res = S.identify(GUESS, rec, PARAMS, device="cpu", maxiter=15, jacobian="finite_difference")
+  assert res.jacobian == "directional" and res.sim_worlds == 1 + len(TRUE)
+  assert "finite-difference lanes" in res.derivatives["dof_damping:hinge"]
+  assert all(abs(res.x[k] / result.x[k] - 1.0) < 1e-5 for k in TRUE), (res.x, result.x)
 
 
 def test_callback_sees_each_iteration_and_can_stop_the_solver(rec):

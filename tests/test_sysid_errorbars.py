@@ -151,9 +151,12 @@ def test_tutorial06_identifiability_warnings():
   named = {label for label in res.labels if label in text}
   assert named >= {f"{f}[wrist_roll]" for f in t6.FIELDS}, msgs
   assert not any("elbow_flex" in label for label in named), msgs
-  # the poorly determined warning (measured std 4e6, 4e7, 6e2 against values 6e-4, 1.8e2, 5e-4)
-  poor = [m for m in msgs if m.startswith("poorly determined")]
-  assert poor and all(f"{f}[wrist_roll]" in poor[0] for f in t6.FIELDS), msgs
+  # each of the wrist's quantities is "not identifiable" (its Jacobian column exactly zero: with the
+  # analytic step's Jacobians, the held joint's damping and dry friction do not move the residuals at
+  # all) or "poorly determined" (measured: the armature, std 4e6 against 90; with the lanes' noise
+  # all three were poorly determined)
+  flagged = " ".join(m for m in msgs if m.startswith(("poorly determined", "not identifiable")))
+  assert all(f"{f}[wrist_roll]" in flagged for f in t6.FIELDS), msgs
   wrist = np.array(["wrist_roll" in label for label in res.labels])
   assert np.all(res.theta_std[wrist] > np.abs(res.theta[wrist]))
   # the elbow's own quantities keep their error bars (measured within 2% of the elbow-only fit)

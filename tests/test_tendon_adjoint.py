@@ -253,7 +253,7 @@ def test_replay_equals_mjwarp(finger):
   with wp.Tape():
     traj = ro(u, qpos0=qpos0.astype(np.float32), qvel0=qvel0.astype(np.float32))
   ro.adjoint.rebuild()
-  ro.adjoint.replay(traj, ro.buffers.qacc, 0, 0, True)
+  ro.adjoint.replay(traj, ro.buffers.qacc, 0, True)
   d = mjw.put_data(finger.mjm, mujoco.MjData(finger.mjm), nworld=n)
   for name in ("qpos", "qvel"):
     getattr(d, name).assign(getattr(traj, name).numpy()[:, 0])
@@ -332,7 +332,7 @@ def test_tendon_armature():
   with wp.Tape():
     traj = ro(u, qpos0=qpos0.astype(np.float32), qvel0=qvel0.astype(np.float32))
   ro.adjoint.rebuild()
-  ro.adjoint.replay(traj, ro.buffers.qacc, 0, 0, True)
+  ro.adjoint.replay(traj, ro.buffers.qacc, 0, True)
   got = {k: v.numpy() for k, v in ro.adjoint.values.items()}
   r = got["tau_e"] + got["damp"] - got["force"]
   assert np.abs(r).max() < 1e-4 * max(np.abs(got["force"]).max(), 1.0), r

@@ -180,7 +180,8 @@ def main(argv=None) -> int:
                          captions=[f"miss {1000 * dist[w]:.1f} mm" for w in shown], progress=not args.test)
     path += f", {video}"
   ro = problem.rollout
-  print(f"iLQR's step Jacobians: finite-difference lanes ({ro.fd.nlane} per world); a tape gradient (Adam, L-BFGS) "
+  how = "the analytic step's" if ro.jacobian == "analytic" else f"finite-difference lanes ({ro.fd.nlane} per world)"
+  print(f"iLQR's step Jacobians: {how} ({ro.jacobian_reason}); a tape gradient (Adam, L-BFGS) "
         f"would take: {ro.gradient} ({ro.gradient_reason})")
   print(f"03_so101_reach: {args.nworld} worlds, {args.duration} s ({problem.horizon} steps of {problem.scene.dt} s): "
         f"{100 * success:.1f}% within 1 cm (median {1000 * np.median(dist):.2f} mm, max {1000 * dist.max():.1f} mm) "

@@ -55,8 +55,9 @@ One file per stage:
                   the constraint adjoint (IFT)
   program.py      `_Program`: the replay's recorded launches, forward and reverse
   step.py         `AnalyticStep`: rebuild, replay, backward
+  jacobian.py     `AnalyticJacobian`: whole step and sensor Jacobians, one reverse sweep per row
 
-`AnalyticStep` is imported on first use, so `analytic_coverage` (which `Scene` asks) loads no kernels.
+`AnalyticStep` and `AnalyticJacobian` are imported on first use, so `analytic_coverage` (which `Scene` asks) loads no kernels.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ from typing import TYPE_CHECKING
 from .coverage import COVERED_PARAM_FIELDS as COVERED_PARAM_FIELDS
 from .coverage import analytic_coverage as analytic_coverage
 
-__all__ = ["AnalyticStep", "analytic_coverage", "COVERED_PARAM_FIELDS"]
+__all__ = ["AnalyticJacobian", "AnalyticStep", "analytic_coverage", "COVERED_PARAM_FIELDS"]
 
 
 def __getattr__(name: str):
@@ -74,6 +75,10 @@ def __getattr__(name: str):
     from .step import AnalyticStep
 
     return AnalyticStep
+  if name == "AnalyticJacobian":
+    from .jacobian import AnalyticJacobian
+
+    return AnalyticJacobian
   raise AttributeError(f"module 'diffsim.adjoint' has no attribute {name!r}")
 
 

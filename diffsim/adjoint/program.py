@@ -15,6 +15,7 @@ class _Program:
     self.device = device
     self.segments = {}
     self.grads = {}
+    self._pruned = {}
 
   def grad(self, a: wp.array) -> wp.array:
     g = wp.zeros(a.shape, dtype=a.dtype, device=self.device)
@@ -37,5 +38,27 @@ class _Program:
     for kernel, dim, inputs, outputs, backward in reversed(self.segments.get(segment, ())):
       if not backward:
         continue
+      wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=self.device, adjoint=True,
+                adj_inputs=[self._adj(a) for a in inputs], adj_outputs=[self._adj(a) for a in outputs])
+
+  def pruned(self, segments: tuple[str, ...], seeds: list[wp.array]) -> list:
+    """The launches of `segments` (each walked in reverse, in the order given) whose outputs reach
+    `seeds`, the only arrays with nonzero adjoints when the reverse pass starts: the others would
+    add zeros (the state rows of a step Jacobian skip the sensors, its sensor rows the dynamics)."""
+    key = (segments, tuple(sorted(id(a) for a in seeds)))
+    if key not in self._pruned:
+      live, out = {id(a) for a in seeds}, []
+      for seg in segments:
+        for launch in reversed(self.segments.get(seg, ())):
+          _, _, inputs, outputs, backward = launch
+          if backward and any(isinstance(a, wp.array) and id(a) in live for a in outputs):
+            out.append(launch)
+            live.update(id(a) for a in inputs if isinstance(a, wp.array) and id(a) in self.grads)
+      self._pruned[key] = out
+    return self._pruned[key]
+
+  def backward_from(self, segments: tuple[str, ...], seeds: list[wp.array]):
+    """`backward` of `segments` in turn, only the launches that reach `seeds` (`pruned`)."""
+    for kernel, dim, inputs, outputs, _ in self.pruned(segments, seeds):
       wp.launch(kernel, dim=dim, inputs=inputs, outputs=outputs, device=self.device, adjoint=True,
                 adj_inputs=[self._adj(a) for a in inputs], adj_outputs=[self._adj(a) for a in outputs])

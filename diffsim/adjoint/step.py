@@ -38,8 +38,7 @@ __all__ = ["AnalyticStep"]
 def _load_step(
   # In:
   k: int,
-  kc: int,
-  kq: int,
+  count: wp.array[int],  # (1,) added to k: the step index of a captured step
   qpos: wp.array3d[float],
   qvel: wp.array3d[float],
   act: wp.array3d[float],
@@ -53,6 +52,9 @@ def _load_step(
   qacc_out: wp.array2d[float],
 ):
   w = wp.tid()
+  k += count[0]
+  kc = wp.min(k, ctrl.shape[1] - 1)  # the final sensors read the last control
+  kq = wp.min(k, qacc.shape[1] - 1)
   for i in range(qpos.shape[2]):
     qpos_out[w, i] = qpos[w, k, i]
   for i in range(qvel.shape[2]):
@@ -500,17 +502,21 @@ class AnalyticStep:
     self.A_free = z((n, max(self.nfree, 1)), mat66)
     self.M, self.L, self.L_h = z((n, nv, nv)), z((n, nv, nv)), z((n, nv, nv))
     self.mu, self.lam_a = z((n, nv)), z((n, nv))
+    self._no_count = wp.zeros(1, dtype=int, device=dev)
+    self._no_qacc = z((n, 1, nv))  # the final sensors' replay reads no acceleration
     self.lam_q, self.lam_v = z((n, nv)), z((n, nv))
     self.program = P
     self._built_for = key
 
-  def replay(self, traj, qacc, k: int, kc: int, with_step: bool) -> None:
-    """Recomputes step `k`'s smooth dynamics (control `kc`) into the replay's arrays; only the
-    sensors' part without `with_step`."""
+  def replay(self, traj, qacc, k: int, with_step: bool, count: wp.array | None = None) -> None:
+    """Recomputes step `k + count[0]`'s smooth dynamics (its control, or the last one for the final
+    sensors) into the replay's arrays; only the sensors' part without `with_step` (`qacc` may then
+    be None)."""
     s, m, P = self.scene, self.scene.model, self.program
     n = s.nworld
     wp.launch(_load_step, dim=n, device=s.device,
-              inputs=[k, kc, min(k, qacc.shape[1] - 1), traj.qpos, traj.qvel, traj.act, traj.ctrl, qacc],
+              inputs=[k, self._no_count if count is None else count, traj.qpos, traj.qvel, traj.act, traj.ctrl,
+                      self._no_qacc if qacc is None else qacc],
               outputs=[self.qpos, self.qvel, self.act, self.ctrl, self.qacc])
     for a in self._accumulated:
       a.zero_()
@@ -549,6 +555,14 @@ class AnalyticStep:
     if self.equalities is not None:
       self.equalities.hessian()
 
+  def seed_step(self, k: int, lam: wp.array) -> None:
+    """Seeds the step segment's reverse pass from `mu`, `lam_a` and the activations' adjoint in
+    `lam[:, k + 1]` (`_seed`)."""
+    s, G = self.scene, self.program.grads
+    wp.launch(_seed, dim=s.nworld, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam],
+              outputs=[G[id(self.tau_e)], G[id(self.tau_a)], G[id(self.damp)], G[id(self.force)],
+                       G[id(self.act_next)]])
+
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints
     to `ctrl_grad` `(nworld, nstep, nu)` and parameter adjoints to each `Param.value.grad`."""
@@ -560,7 +574,7 @@ class AnalyticStep:
     for k in range(nstep, -1, -1):
       with_step = k < nstep
       kc = min(k, nstep - 1)
-      self.replay(traj, qacc, k, kc, with_step)
+      self.replay(traj, qacc, k, with_step)
       for g in self._inter + self._leaves:
         g.zero_()
       if self.scene.nsensordata:
@@ -576,9 +590,7 @@ class AnalyticStep:
         if self.constrained:
           wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[self.M, self.jtdj, self.mu],
                     outputs=[self.L_h, self.lam_a])
-        wp.launch(_seed, dim=n, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam],
-                  outputs=[G[id(self.tau_e)], G[id(self.tau_a)], G[id(self.damp)], G[id(self.force)],
-                           G[id(self.act_next)]])
+        self.seed_step(k, lam)
         P.backward("step")
       P.backward("state")
       wp.launch(_assemble, dim=n, device=s.device,

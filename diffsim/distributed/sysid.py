@@ -85,7 +85,7 @@ class ShardedProblem:
 
   def __init__(self, cluster: Cluster, mjm, recs, params, *, weights, normalize: bool, shooting: int | None,
                nstart: int, solver_settings=None, central: bool, eps, fit_qvel0: bool | None = None,
-               fit_qpos0: bool = False, workers: int | None = None):
+               fit_qpos0: bool = False, workers: int | None = None, step_jacobian: str = "auto"):
     import warp as wp
 
     from ..sysid.parameters import param_columns
@@ -127,10 +127,15 @@ class ShardedProblem:
     self._labels = [(f"starts {st.start}-{st.stop - 1}, " if len(self._starts) > 1 else "")
                     + f"recordings {self._rec_parts[rp].start}-{self._rec_parts[rp].stop - 1}" for st, rp in self._parts]
     spec = dict(model=mjm, params=params, column_weight=colw, shooting=shooting, solver_settings=solver_settings,
-                central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
+                central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0, step_jacobian=step_jacobian)
     self._spec = cluster.ship(spec, "sysid problem")
     self._recs = [cluster.ship(list(recs[p.start:p.stop]), "recordings") for p in self._rec_parts]
-    self.rollout = SimpleNamespace(fd=SimpleNamespace(central=bool(central), nlane=None))
+    # the workers' rollouts choose their step Jacobians as one process would (`Rollout`'s `jacobian`)
+    from ..adjoint import analytic_coverage
+
+    analytic = step_jacobian != "finite_difference" and analytic_coverage(mjm, [p.field for p in params]) is None
+    self.rollout = SimpleNamespace(fd=SimpleNamespace(central=bool(central), nlane=None),
+                                   jacobian="analytic" if analytic else "finite_difference")
     self.buffers = SimpleNamespace(theta=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"),
                                    theta_grad=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"))
     self.scene = SimpleNamespace(device="cpu")  # where Adam's driver-side arrays live
@@ -287,7 +292,7 @@ def _linearize(worker: Worker, spec, recs, nstart: int, x: np.ndarray, jacobian:
   num, den = prob.autocorrelation
   return {"cost": ne.cost, "Htt": ne.Htt, "gt": ne.gt, "changes": ne.changes, "constrained": ne.constrained,
           "num": num, "den": den, "Htn": ne.Htn,
-          "Hnn": ne.Hnn, "gn": ne.gn, "nlane": prob.rollout.fd.nlane}
+          "Hnn": ne.Hnn, "gn": ne.gn, "nlane": prob.rollout.nlane}
 
 
 def _gradient(worker: Worker, spec, recs, nstart: int, theta: np.ndarray) -> dict:
@@ -304,4 +309,4 @@ def _samples(worker: Worker, spec, recs, nstart: int, start: int | None) -> list
 
 def _info(worker: Worker, spec, recs, nstart: int, directional: bool) -> dict:
   prob = _problem(worker, spec, recs, nstart)
-  return {"nlane": (prob.forward_mode if directional else prob.rollout).fd.nlane}
+  return {"nlane": (prob.forward_mode if directional else prob.rollout).nlane}  # MJWarp worlds per world

@@ -25,7 +25,7 @@ from .result import Signals, SolverOutcome, SysIdResult, check_out
 from .worlds import as_recordings
 
 METHODS = ("lm", "adam")
-JACOBIANS = ("auto", "forward", "directional", "tape")
+JACOBIANS = ("auto", "forward", "directional", "tape", "finite_difference")
 OPTIONS = {"lm": {}, "adam": ADAM_OPTIONS}  # `options` of each method, with their defaults
 
 
@@ -71,15 +71,18 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     x0: `{name: value}` initial guess overriding the MJCF value.
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these
       (`xtol` also floors each std: the relative resolution LM claims, see `diffsim.sysid.confidence`).
-    jacobian: `"auto"` (default): `"directional"` while the nominal trajectories meet no
+    jacobian: `"auto"` (default): `"forward"` on the analytic step's Jacobians where it covers the
+      model (`diffsim.adjoint.analytic_coverage`; no lanes); else, on the lanes, `"directional"`
+      while the nominal trajectories meet no
       constraint row (a smooth step: the same derivative with `1 + nparam` lanes per world instead
-      of `1 + 2 nv + nparam`), else `"forward"`, with the step of `"directional"` (forward
+      of `1 + 2 nv + nparam`), else `"forward"`; either way with the step of `"directional"` (forward
       differences) taken where that lowers the cost further (trajectories that cross constraint
       switches, see `diffsim.sysid.lm`); `"forward"` (step Jacobians propagated forward) or
       `"directional"` (forward mode: a lane per column of the Jacobian; fewer lanes, less precise)
       alone, each checked by the other where it stops (not converged where the other lowers the
-      cost); or `"tape"` (reverse mode, one backward pass per residual block: for checks; much
-      slower, unchecked). See `diffsim.sysid.problem`.
+      cost); `"tape"` (reverse mode, one backward pass per residual block: for checks; much
+      slower, unchecked); or `"finite_difference"`: `"auto"` with the lanes' step Jacobians whatever
+      the adjoint covers. See `diffsim.sysid.problem`.
     resample: resample recordings whose sample times are off the timestep grid instead of failing.
     max_steps_per_sample: most model steps one sample interval may span (default
       `diffsim.data.MAX_STEPS_PER_SAMPLE`, 500): longer intervals are refused as likely times in
@@ -154,7 +157,10 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     # the rollout's copies carry no bounds (sysid enforces them, per identified coordinate)
     rollout_params = [Param(p.field, p.element, components=p.components, name=p.name) for p in vector.params]
     kw = dict(weights=weights, normalize=normalize, shooting=shooting, nstart=theta0.shape[0],
-              solver_settings=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0)
+              solver_settings=solver_settings, central=central, eps=eps, fit_qvel0=fit_qvel0, fit_qpos0=fit_qpos0,
+              step_jacobian="finite_difference" if jacobian == "finite_difference" else "auto")
+    # "finite_difference": LM's "auto" on the lanes' step Jacobians
+    jacobian = "auto" if jacobian == "finite_difference" else jacobian
     if cluster is None:
       prob = Problem(mjm, recs, rollout_params, device=device, **kw)
     else:
@@ -210,9 +216,11 @@ def _derivative_paths(prob, vector: ParamVector, method: str, used: str) -> dict
     why = analytic_coverage(prob.mjm, [p.field])
     adjoint = "the analytic adjoint covers it" if why is None else f"the analytic adjoint does not cover {why}"
     if method == "lm" and used != "tape":
-      # LM needs whole Jacobians, which only the lanes form, whatever the adjoint covers
+      # LM's whole Jacobians: the analytic step's where the rollout forms them, else the lanes'
+      analytic = used == "forward" and getattr(getattr(prob, "rollout", None), "jacobian", None) == "analytic"
       how = "step Jacobians" if used == "forward" else "tangents (forward mode)"
-      out[p.name] = f"finite-difference lanes (LM's {jacobian_name(used, False)} Jacobian from {how}; {adjoint})"
+      source = "analytic step" if analytic else "finite-difference lanes"
+      out[p.name] = f"{source} (LM's {jacobian_name(used, False)} Jacobian from {how}; {adjoint})"
     else:
       # the rollout's choice (`Rollout.gradient`); a sharded problem's workers each make their own
       path = getattr(getattr(prob, "rollout", None), "gradient", None)
@@ -226,7 +234,8 @@ def _check_options(method, jacobian, maxiter, options, callback) -> dict:
   if method not in METHODS:
     raise ValueError(f"method must be 'lm' or 'adam', got {method!r}")
   if jacobian not in JACOBIANS:
-    raise ValueError(f"jacobian must be 'auto', 'forward', 'directional' or 'tape', got {jacobian!r}")
+    raise ValueError(f"jacobian must be 'auto', 'forward', 'directional', 'tape' or 'finite_difference', "
+                     f"got {jacobian!r}")
   optim.check_maxiter(maxiter, allow_zero=True)
   optim.check_callback(callback)
   valid = OPTIONS[method]
@@ -306,7 +315,7 @@ def _assemble(prob: Problem, vector: ParamVector, theta0: np.ndarray, outcome: S
     fun0=float(hist["fun"][0][best]), nfev=prob.nrollout, labels=vector.labels, theta=theta[best].copy(),
     theta0=theta0[best].copy(), theta_std=std, theta_std_data=data_std, cov=cov, corr=corr, cond=cond, warnings=msgs,
     starts_fun=np.asarray(f, dtype=np.float64), starts_fun0=np.asarray(hist["fun"][0], dtype=np.float64),
-    nresidual=prob.nresidual, sim_worlds=sim_ro.fd.nlane * prob.nworld,
+    nresidual=prob.nresidual, sim_worlds=getattr(sim_ro, "nlane", sim_ro.fd.nlane) * prob.nworld,
     jacobian=jacobian_name(used, central), constraint_changes=int(ne.changes[sb]),
     bounds={p.name: (lo, hi) for p, lo, hi in zip(vector.params, vector.named(vector.lower).values(),
                                                   vector.named(vector.upper).values())},

@@ -10,8 +10,11 @@ accepted step lowers the cost by less than `ftol`, or when three ever shorter st
 lower it. Each says that the linearized model has nothing left to give, which is a minimum only
 where that model is right.
 
-The Jacobian: `"auto"` (the default) starts with the directional one (forward mode: `1 + ncol` lanes
-per world, against `1 + nx + nlayout` for the step Jacobians), the derivative of a smooth step map
+The Jacobian: `"auto"` (the default) takes `"forward"`, the step Jacobians propagated forward, from the
+start where the rollout forms them analytically (`Rollout.jacobian == "analytic"`: no lanes, the
+exact derivative of the step at the solver's solution). With lanes it starts with the directional
+one (forward mode: `1 + ncol` lanes per world, against `1 + nx + nlayout` for the step Jacobians),
+the derivative of a smooth step map
 while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
 do, or once its steps converge linearly (its error, first order in the parameter step, is that of a
 difference over the whole trajectory; see `_leave_directional`, `_refine_directional`). Issue 27:
@@ -106,7 +109,10 @@ class _LevenbergMarquardt:
     # "auto" starts with the directional Jacobian (1 + ncol lanes, against 1 + nx + nlayout), exact
     # while the nominal trajectories meet no constraint row, and turns to "forward" for good at the
     # first linearization whose trajectories do (`_leave_directional`)
-    self.jac = "directional" if self.auto else jacobian  # the Jacobian in use
+    # with the analytic step's Jacobians (`Rollout.jacobian`) "forward" costs no lanes and is the
+    # exact derivative from the start: "auto" takes it at once
+    analytic = getattr(prob.rollout, "jacobian", None) == "analytic"
+    self.jac = ("forward" if analytic else "directional") if self.auto else jacobian  # the Jacobian in use
     self.central = prob.rollout.fd.central
     nstart = x0.shape[0]
     self.nparam, self.nunknown = prob.nparam, x0.shape[1]

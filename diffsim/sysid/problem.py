@@ -131,6 +131,8 @@ class Problem:
     capture: replay the linearized rollout and the tape as captured graphs.
     column_weight: the residual weight of every column (`worlds.column_weights`), given instead of
       `weights`/`normalize`: a shard of a larger problem normalizes over all its recordings.
+    step_jacobian: how the rollout forms its step Jacobians (`Rollout`'s `jacobian`): `"auto"`, the
+      analytic step's where it covers the model, or `"finite_difference"`, the lanes.
 
   Attributes:
     mjm, scene, rollout, layout: the host model, the batched scene, the linearized rollout and its
@@ -150,7 +152,7 @@ class Problem:
   def __init__(self, model, recs, params: list[Param], *, weights, normalize: bool, shooting: int | None,
                nstart: int, device, solver_settings: SolverSettings | None, central: bool, eps,
                fit_qvel0: bool | None = None, fit_qpos0: bool = False, capture: bool = True,
-               column_weight: dict[str, np.ndarray] | None = None):
+               column_weight: dict[str, np.ndarray] | None = None, step_jacobian: str = "auto"):
     mjm = copy_mjmodel(model) if isinstance(model, mujoco.MjModel) else load_mjmodel(model)
     self.mjm = mjm
     colw = column_weights(mjm, recs, weights, normalize) if column_weight is None else column_weight
@@ -162,7 +164,7 @@ class Problem:
     self.params = params
     # controls are data here: no Jacobian columns (and lanes) for them
     self.rollout = Rollout(self.scene, self.worlds.nstep, params=params, differentiable=True, central=central,
-                           ctrl_jacobian=False, eps=eps)
+                           ctrl_jacobian=False, eps=eps, jacobian=step_jacobian)
     self.rollout.reserve_linearization()  # Gauss-Newton linearizes it inside captured graphs
     self.layout = self.rollout.layout
     # identified coordinates: the layout's, except that the dofs of one joint share one (see
@@ -239,7 +241,7 @@ class Problem:
     self._count_changes(self.rollout, k0, count)
 
   def _count_changes(self, rollout: Rollout, k0: int, count: wp.array) -> None:
-    d = rollout.fd.data  # the lane worlds' MJWarp Data, nominal lane first
+    d = rollout.nominal_data  # nominal worlds first (the lanes' or the analytic step's)
     wp.launch(kernels.constraint_changes, dim=self.nworld, device=self.scene.device,
               inputs=[k0, count, d.nefc, d.efc.type],
               outputs=[self.buffers.last_signature, self.buffers.changes, self.buffers.constrained])

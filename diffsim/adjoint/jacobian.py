@@ -1,0 +1,384 @@
+"""`AnalyticJacobian`: the analytic step's Jacobians, for the solvers that need whole matrices (iLQR,
+Gauss-Newton system identification) rather than one gradient.
+
+Right after MJWarp takes step `k`, the step is replayed once (`AnalyticStep.replay`: the smooth
+dynamics at the solver's acceleration, the frozen contact set) and its reverse pass is run once per
+output row, seeded with a unit vector:
+
+  row i of J_k = [A B P]_i     reverse pass seeded e_i on the next velocity or activation
+  row s of S_k = [C D Q]_s     reverse pass of the sensors' segment seeded e_s on the sensors
+
+The position rows need no sweep: `q' = q (+) h v'` makes them the velocity rows mapped through the
+integrator, `dq' = dq + h dv'` (hinges, slides, free translations) and `dq' = R^T dq + h Jr dv'`
+(rotations in the tangent space, `R = exp(h w')`, `Jr` the exponential's right Jacobian).
+Joint position and velocity sensors of hinges and slides need none either (their rows select a
+state coordinate), and the inertial parameters' path through the rows' softness (`invweight.py`,
+the same linear map in every sweep) is formed once per rollout, as a matrix, not replayed per row.
+At most `nv + na + nsensordata` sweeps of the replay's adjoint per step: no perturbed worlds, and each column
+holds exactly what the tape gradient would give (the implicit function theorem at the solver's
+solution, across contact, limit and cone rows), so iLQR and Gauss-Newton see the same derivative
+as L-BFGS. The layout matches the lanes' (`step.FiniteDifferenceStep`): `z = [dqpos (nv, tangent),
+qvel (nv), act (na), ctrl (nu), theta (nparam)]`, `J` `(nworld, nstep, nx, nz)`, `S`
+`(nworld, nstep + 1, ns, nz)`; control columns stay zero when the Rollout forms none.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import warp as wp
+
+from ..joints import FREE, HINGE, SLIDE, tangent_grad
+from ..params import flat_rows
+from .solve import _constraint_adjoint, _free_body_mu, _integrator_vjp, _right_jacobian_t, _rotation
+
+__all__ = ["AnalyticJacobian"]
+
+
+@wp.kernel(enable_backward=False)
+def _load_next(
+  # In:
+  k: int,
+  count: wp.array[int],
+  qvel: wp.array3d[float],  # (nworld, nstep + 1, nv) trajectory velocities
+  # Out:
+  qvel_out: wp.array3d[float],  # (nworld, 2, nv): slot 1 holds the step's next velocity
+):
+  w, i = wp.tid()
+  qvel_out[w, 1, i] = qvel[w, k + count[0] + 1, i]
+
+
+@wp.kernel(enable_backward=False)
+def _unit_state(
+  # In:
+  row: int,
+  # Out:
+  lam_out: wp.array3d[float],  # (nworld, 2, nx): slot 1 is the next state's adjoint
+):
+  w, i = wp.tid()
+  lam_out[w, 1, i] = wp.where(i == row, 1.0, 0.0)
+
+
+@wp.kernel(enable_backward=False)
+def _unit_sensor(
+  # In:
+  row: int,
+  # Out:
+  sensordata_grad_out: wp.array2d[float],  # (nworld, ns)
+):
+  w, i = wp.tid()
+  sensordata_grad_out[w, i] = wp.where(i == row, 1.0, 0.0)
+
+
+@wp.kernel(enable_backward=False)
+def _gather_columns(
+  # In:
+  field_grad: wp.array2d[float],  # (nrow, ncol) flat view of a parameter field's adjoint
+  cols: wp.array[int],  # (dim,) its parameter's columns in the field (-1: none)
+  scale: float,
+  offset: int,  # the parameter's first column in theta
+  # Out:
+  theta_out: wp.array2d[float],  # (nworld, nparam) accumulated
+):
+  w, i = wp.tid()
+  c = cols[i]
+  if c >= 0:
+    theta_out[w, offset + i] += scale * field_grad[w % field_grad.shape[0], c]
+
+
+@wp.kernel(enable_backward=False)
+def _jacobian_row(
+  # Model:
+  nv: int,
+  na: int,
+  nu: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  # In:
+  k: int,
+  count: wp.array[int],
+  row: int,
+  with_step: int,
+  ctrl_columns: int,
+  qpos: wp.array2d[float],  # (nworld, nq) the replayed state
+  qpos_grad: wp.array2d[float],  # (nworld, nq) adjoints of the replay's inputs
+  qvel_grad: wp.array2d[float],
+  act_grad: wp.array2d[float],
+  ctrl_grad: wp.array2d[float],
+  lam_q: wp.array2d[float],  # (nworld, nv) the integrator's direct adjoints
+  lam_v: wp.array2d[float],
+  theta_grad: wp.array2d[float],  # (nworld, nparam)
+  # Out:
+  jac_out: wp.array4d[float],  # (nworld, nstep (+ 1), nrow, nz)
+):
+  """Row `row` of step `k + count[0]`'s Jacobian from one reverse sweep (tangent-space `qpos`)."""
+  w, c = wp.tid()
+  nx = 2 * nv + na
+  step = float(with_step)
+  g = float(0.0)
+  if c < nv:
+    g = tangent_grad(c, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, w, qpos_grad, w) + step * lam_q[w, c]
+  elif c < 2 * nv:
+    g = qvel_grad[w, c - nv] + step * lam_v[w, c - nv]
+  elif c < nx:
+    g = act_grad[w, c - 2 * nv]
+  elif c < nx + nu:
+    if ctrl_columns != 0:
+      g = ctrl_grad[w, c - nx]
+  else:
+    g = theta_grad[w, c - nx - nu]
+  jac_out[w, k + count[0], row, c] = g
+
+
+@wp.kernel(enable_backward=False)
+def _position_rows(
+  # Model:
+  opt_timestep: float,
+  jnt_type: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  # In:
+  k: int,
+  count: wp.array[int],
+  qvel: wp.array3d[float],  # (nworld, nstep + 1, nv) trajectory velocities
+  # Out:
+  jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz): position rows from the velocity rows
+):
+  """Joint `j`'s position rows of step `k + count[0]`'s Jacobian: the integrator's tangent map."""
+  w, j = wp.tid()
+  k += count[0]
+  h = opt_timestep
+  nv = qvel.shape[2]
+  nz = jac_out.shape[3]
+  typ = jnt_type[j]
+  d = jnt_dofadr[j]
+  nlin = 0  # dofs integrated linearly: hinge, slide, a free joint's translation
+  if typ == HINGE or typ == SLIDE:
+    nlin = 1
+  elif typ == FREE:
+    nlin = 3
+  for i in range(nlin):
+    for c in range(nz):
+      jac_out[w, k, d + i, c] = wp.where(c == d + i, 1.0, 0.0) + h * jac_out[w, k, nv + d + i, c]
+  if typ == HINGE or typ == SLIDE:
+    return
+  r = d + nlin
+  phi = h * wp.vec3(qvel[w, k + 1, r], qvel[w, k + 1, r + 1], qvel[w, k + 1, r + 2])
+  Rt = wp.transpose(_rotation(phi))
+  Jr = wp.transpose(_right_jacobian_t(phi))
+  for c in range(nz):
+    dv = wp.vec3(jac_out[w, k, nv + r, c], jac_out[w, k, nv + r + 1, c], jac_out[w, k, nv + r + 2, c])
+    dq = wp.vec3(wp.where(c == r, 1.0, 0.0), wp.where(c == r + 1, 1.0, 0.0), wp.where(c == r + 2, 1.0, 0.0))
+    g = Rt * dq + h * (Jr * dv)
+    for i in range(3):
+      jac_out[w, k, r + i, c] = g[i]
+
+
+@wp.kernel(enable_backward=False)
+def _selection_rows(
+  # In:
+  k: int,
+  count: wp.array[int],
+  rows: wp.array[int],  # (nsel,) sensordata rows that copy one state coordinate
+  cols: wp.array[int],  # (nsel,) that coordinate's column of z
+  # Out:
+  sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
+):
+  w, i, c = wp.tid()
+  sjac_out[w, k + count[0], rows[i], c] = wp.where(c == cols[i], 1.0, 0.0)
+
+
+@wp.kernel(enable_backward=False)
+def _unit_invweight(
+  # In:
+  e: int,  # entry of (body_invweight0 (nbody, 2) flattened, then dof_invweight0 (nv,))
+  # Out:
+  G_body_out: wp.array2d[wp.vec2],  # (rows, nbody)
+  G_dof_out: wp.array2d[float],  # (rows, nv)
+):
+  r, i = wp.tid()
+  nb = G_body_out.shape[1]
+  if i < nb:
+    G_body_out[r, i] = wp.vec2(wp.where(2 * i == e, 1.0, 0.0), wp.where(2 * i + 1 == e, 1.0, 0.0))
+  if i < G_dof_out.shape[1]:
+    G_dof_out[r, i] = wp.where(2 * nb + i == e, 1.0, 0.0)
+
+
+@wp.kernel(enable_backward=False)
+def _store_column(
+  # In:
+  e: int,
+  theta: wp.array2d[float],  # (nworld, nparam)
+  # Out:
+  K_out: wp.array3d[float],  # (nworld, ninv, nparam)
+):
+  w, j = wp.tid()
+  K_out[w, e, j] = theta[w, j]
+
+
+@wp.kernel(enable_backward=False)
+def _apply_invweight(
+  # In:
+  G_body: wp.array2d[wp.vec2],  # (rows, nbody) this sweep's adjoints of body_invweight0
+  G_dof: wp.array2d[float],  # (rows, nv) and of dof_invweight0
+  K: wp.array3d[float],  # (nworld, ninv, nparam) d(invweight0) / d(theta), transposed
+  # Out:
+  theta_out: wp.array2d[float],  # (nworld, nparam) accumulated
+):
+  w, j = wp.tid()
+  rb = w % G_body.shape[0]
+  rd = w % G_dof.shape[0]
+  nb = G_body.shape[1]
+  g = float(0.0)
+  for b in range(nb):
+    gb = G_body[rb, b]
+    g += gb[0] * K[w, 2 * b, j] + gb[1] * K[w, 2 * b + 1, j]
+  for d in range(G_dof.shape[1]):
+    g += G_dof[rd, d] * K[w, 2 * nb + d, j]
+  theta_out[w, j] += g
+
+
+def _selection_sensors(mjm: mujoco.MjModel) -> tuple[list[int], list[int]]:
+  """`(rows, cols)`: the sensordata rows that copy a state coordinate (joint position and velocity
+  sensors of hinges and slides without a cutoff) and that coordinate's column of z."""
+  rows, cols = [], []
+  for i in range(mjm.nsensor):
+    typ, obj = int(mjm.sensor_type[i]), int(mjm.sensor_objid[i])
+    if typ not in (mujoco.mjtSensor.mjSENS_JOINTPOS, mujoco.mjtSensor.mjSENS_JOINTVEL) or mjm.sensor_cutoff[i] > 0:
+      continue
+    if int(mjm.jnt_type[obj]) not in (HINGE, SLIDE):
+      continue
+    rows.append(int(mjm.sensor_adr[i]))
+    cols.append(int(mjm.jnt_dofadr[obj]) + (mjm.nv if typ == mujoco.mjtSensor.mjSENS_JOINTVEL else 0))
+  return rows, cols
+
+
+class AnalyticJacobian:
+  """The step and sensor Jacobians of `AnalyticStep` (see the module docstring).
+
+  A stepper with the lanes' interface (`begin`, `advance`, `count`, `step`, `sense`): the Rollout
+  calls it for linearized calls. `step(..., qacc=, jac=, sjac=)` runs MJWarp's step `k` (keeping its
+  acceleration) and fills `jac[:, k]` and `sjac[:, k]`; `sense` fills `sjac[:, nstep]`.
+  """
+
+  def __init__(self, analytic, *, ctrl_jacobian: bool):
+    self.analytic = analytic
+    self.scene = s = analytic.scene
+    self.ctrl_jacobian = bool(ctrl_jacobian)
+    self.nlane = 1
+    z = lambda *shape: wp.zeros(shape, dtype=float, device=s.device)
+    self._lam = z(s.nworld, 2, s.nx)  # the unit seed on the next state, in the layout `_integrator_vjp` reads
+    self._qvel = z(s.nworld, 2, s.nv)
+    self._theta = z(s.nworld, max(analytic.nparam, 1))
+    rows, cols = _selection_sensors(s.mjm) if s.nsensordata else ([], [])
+    self._sel_rows = wp.array(np.array(rows, np.int32), dtype=int, device=s.device)
+    self._sel_cols = wp.array(np.array(cols, np.int32), dtype=int, device=s.device)
+    self._swept = [r for r in range(s.nsensordata) if r not in set(rows)]  # sensor rows formed by sweeps
+    self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
+
+  def _invweight_jacobian(self) -> None:
+    """`K[w, e, j] = d invweight0_e / d theta_j` at this rollout's parameters: the softness path of
+    every sweep, formed by one run of `InvWeightAdjoint` per invweight0 entry."""
+    a, s = self.analytic, self.scene
+    iw = a.invweight
+    ninv = 2 * s.mjm.nbody + s.nv
+    if self._K is None:
+      self._K = wp.zeros((s.nworld, ninv, max(a.nparam, 1)), dtype=float, device=s.device)
+    for e in range(ninv):
+      for g in a._field_grads:
+        g.zero_()
+      wp.launch(_unit_invweight, dim=(iw.G_body.shape[0], max(s.mjm.nbody, s.nv)), device=s.device, inputs=[e],
+                outputs=[iw.G_body, iw.G_dof])
+      iw.run()
+      self._gather()
+      wp.launch(_store_column, dim=(s.nworld, a.nparam), device=s.device, inputs=[e, self._theta], outputs=[self._K])
+
+  def begin(self) -> None:
+    self.analytic.begin()
+    if self.analytic.invweight is not None and self.analytic.nparam:
+      self._invweight_jacobian()
+
+  def advance(self) -> None:
+    self.analytic.advance()
+
+  @property
+  def count(self):
+    return self.analytic.count
+
+  def step(self, traj, ctrl, warm, k: int, *, qacc, jac, sjac, **_) -> None:
+    a = self.analytic
+    a.step(traj, ctrl, warm, k, qacc=qacc)
+    a.rebuild()
+    s = self.scene
+    a.replay(traj, qacc, k, True, count=self.count)
+    wp.launch(_load_next, dim=(s.nworld, s.nv), device=s.device, inputs=[k, self.count, traj.qvel],
+              outputs=[self._qvel])
+    for i in range(s.nv, s.nx):
+      self._sweep(k, i, jac, state_row=True)
+    wp.launch(_position_rows, dim=(s.nworld, s.mjm.njnt), device=s.device,
+              inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, self.count, traj.qvel], outputs=[jac])
+    self._sensor_rows(k, sjac)
+
+  def sense(self, traj, ctrl, warm, k: int, *, sjac, **_) -> None:
+    a = self.analytic
+    a.sense(traj, ctrl, warm, k)
+    if not self.scene.nsensordata:
+      return
+    a.rebuild()
+    a.replay(traj, None, k, False, count=self.count)
+    self._sensor_rows(k, sjac)
+
+  def _sensor_rows(self, k: int, sjac: wp.array) -> None:
+    s = self.scene
+    if self._sel_rows.shape[0]:
+      wp.launch(_selection_rows, dim=(s.nworld, self._sel_rows.shape[0], sjac.shape[3]), device=s.device,
+                inputs=[k, self.count, self._sel_rows, self._sel_cols], outputs=[sjac])
+    for i in self._swept:
+      self._sweep(k, i, sjac, state_row=False)
+
+  def _gather(self) -> None:
+    """The parameters' adjoints (their fields' and the tied bias's) into `_theta`, zeroed first."""
+    a, s = self.analytic, self.scene
+    self._theta.zero_()
+    for p, off, (cols, tie), g in zip(a.layout.params, a.layout.offsets, a.layout.columns, a._param_grads):
+      wp.launch(_gather_columns, dim=(s.nworld, p.dim), device=s.device, inputs=[flat_rows(g, p.width), cols, 1.0, int(off)],
+                outputs=[self._theta])
+      if tie is not None:
+        tg = a.program.grads[id(s.model.actuator_biasprm)]
+        wp.launch(_gather_columns, dim=(s.nworld, p.dim), device=s.device, inputs=[flat_rows(tg, 10), tie, -1.0, int(off)],
+                  outputs=[self._theta])
+
+  def _sweep(self, k: int, row: int, out: wp.array, *, state_row: bool) -> None:
+    """One reverse pass of the replay seeded on state row `row` of step `k + count[0]`'s next state
+    (`state_row`) or on sensor `row` at its state; writes that row of `out`."""
+    a, s = self.analytic, self.scene
+    n, P = s.nworld, a.program
+    G = P.grads
+    for g in a._inter + a._leaves + a._field_grads:
+      g.zero_()
+    if state_row:
+      wp.launch(_unit_state, dim=(n, s.nx), device=s.device, inputs=[row], outputs=[self._lam])
+      wp.launch(_integrator_vjp, dim=n, device=s.device,
+                inputs=[s.dt, s.jnt_type, s.jnt_dofadr, 0, self._qvel, self._lam, a.L],
+                outputs=[a.mu, a.lam_q, a.lam_v])
+      if a.nfree:
+        wp.launch(_free_body_mu, dim=(n, a.nfree), device=s.device,
+                  inputs=[s.model.body_dofadr, a.free_body, s.dt, a.A_free, a.lam_v], outputs=[a.mu])
+      if a.constrained:
+        wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[a.M, a.jtdj, a.mu], outputs=[a.L_h, a.lam_a])
+      a.seed_step(0, self._lam)
+      P.backward_from(("step", "state"), [a.tau_e, a.tau_a, a.damp, a.force, a.act_next])
+    else:
+      wp.launch(_unit_sensor, dim=(n, s.nsensordata), device=s.device, inputs=[row], outputs=[G[id(a.sensordata)]])
+      P.backward_from(("state",), [a.sensordata])
+    if a.nparam:
+      self._gather()
+      if a.invweight is not None:
+        iw = a.invweight
+        wp.launch(_apply_invweight, dim=(n, a.nparam), device=s.device, inputs=[iw.G_body, iw.G_dof, self._K],
+                  outputs=[self._theta])
+    wp.launch(_jacobian_row, dim=(n, out.shape[3]), device=s.device,
+              inputs=[s.nv, s.na, s.nu, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, k, self.count, row,
+                      int(state_row), int(self.ctrl_jacobian), a.qpos] + a._leaves + [a.lam_q, a.lam_v, self._theta],
+              outputs=[out])
