@@ -45,6 +45,8 @@ def launches(monkeypatch):
   ([QposCost(0.0)], {"ctrl_lo": 0.5, "ctrl_hi": -0.5}, ValueError, "ctrl_lo > ctrl_hi .*world 0, step 0"),
   ([QposCost(0.0)], {"ctrl_lo": 1.5, "ctrl_hi": 2.0}, ValueError, "ctrl_lo > ctrl_hi after intersecting them with"),
   ([QposCost(0.0)], {"qpos0": np.zeros(3)}, ValueError, r"qpos0 must have shape \(nworld=2, 2\) or \(2,\)"),
+  ([QposCost(0.0)], {"jacobian": "lanes"}, ValueError,
+   r"jacobian must be one of \('auto', 'analytic', 'finite_difference'\), got 'lanes'"),
   ([QposCost(0.0)], {"horizon": 2, "ctrl_init": np.zeros((2, 1))}, ValueError,
    r"ctrl_init of shape \(2, 1\) is ambiguous: nworld and horizon are both 2; pass \(nworld, 1, nu\)"),
 ])
@@ -81,6 +83,8 @@ def test_bad_solver_arguments_raise_before_any_kernel(cartpole, monkeypatch):
     diffsim.optimize_trajectory(problem, "adam", options={"learning_rate": 0.1})
   with pytest.raises(ValueError, match="ilqr loop_steps must be None, True or False, got 'yes'"):
     diffsim.optimize_trajectory(problem, "ilqr", options={"loop_steps": "yes"})
+  with pytest.raises(ValueError, match="ilqr jacobian must be None or one of .*got 'lanes'"):
+    diffsim.optimize_trajectory(problem, "ilqr", options={"jacobian": "lanes"})
   with pytest.raises(ValueError, match="maxiter must be an integer >= 1, got 0"):
     diffsim.optimize_trajectory(problem, "ilqr", maxiter=0)
   with pytest.raises(ValueError, match=r"warm_start must have shape \(nworld, horizon, nu\) = \(2, 10, 1\)"):
@@ -232,6 +236,23 @@ def test_warm_start_shifts_the_previous_solution(short):
   mpc = diffsim.optimize_trajectory(short, "ilqr", maxiter=2, warm_start=first, progress=False)
   short.reset(qpos0=short.scene.mjm.qpos0, qvel0=[[0.0, 0.0], [0.0, 1.0]])
   assert np.all(mpc.history[0] < first.history[0])
+
+
+def test_ilqr_jacobian_option(short):
+  """`jacobian=` reaches the Rollout iLQR linearizes: the problem's by default, the solver's own for
+  another value; "auto" and the lanes agree on the cart-pole (the lanes' own error, rtol 1e-3)."""
+  import inspect
+
+  auto = diffsim.optimize_trajectory(short, "ilqr", maxiter=3, progress=False)
+  lanes = diffsim.optimize_trajectory(short, "ilqr", maxiter=3, progress=False,
+                                      options={"jacobian": "finite_difference"})
+  np.testing.assert_allclose(lanes.fun, auto.fun, rtol=1e-3)
+  solvers = [s for (method, *_), s in short.solvers.items() if method == "ilqr"]
+  assert {s.rollout is short.rollout for s in solvers} == {True, False}
+  if "jacobian" not in inspect.signature(diffsim.Rollout).parameters:
+    # a Rollout without analytic step Jacobians linearizes with the lanes and says so for "analytic"
+    with pytest.raises(ValueError, match="jacobian='analytic' needs a diffsim.Rollout with analytic step"):
+      diffsim.TrajectoryProblem(short.scene, short.cost.terms, horizon=short.horizon, jacobian="analytic")
 
 
 @pytest.mark.parametrize("method", ["ilqr", "adam", "lbfgs"])
@@ -390,4 +411,42 @@ def test_no_progress_from_rest_is_not_success(method):
   res = diffsim.optimize_trajectory(problem, method, maxiter=10, progress=False)
   np.testing.assert_allclose(res.fun, res.history[0], rtol=1e-4)  # it did not move
   assert not res.success.any(), res
-  assert "no progress from the start in 4 of 4 worlds" in res.message and "method='ilqr'" in res.message
+  assert "no progress from the start in 4 of 4 worlds" in res.message
+  # the pusher misses the box: the gradient is zero, and the result says so per world
+  assert res.zero_gradient.all() and "gradient was zero at the start" in res.message, res.message
+  assert res.reasons == ("zero gradient at the start, nothing moved",) * 4
+
+
+def _settled_push(nworld: int, offsets):
+  """PUSH_FROM_REST settled in C, targets `offsets` (m) ahead of the box: `(problem, targets, qpos0)`
+  with the cost on the box's final position only."""
+  import mujoco
+
+  m = mujoco.MjModel.from_xml_string(PUSH_FROM_REST)
+  d = mujoco.MjData(m)
+  for _ in range(100):  # settle
+    mujoco.mj_step(m, d)
+  scene = diffsim.Scene.from_xml(PUSH_FROM_REST, nworld=nworld, device="cpu")
+  target = np.stack([d.qpos[1] + np.asarray(offsets), np.zeros(nworld), np.full(nworld, d.qpos[3])], 1)
+  cost = [SensorCost("box_pos", target, terminal=[100.0, 100.0, 0.0])]
+  return diffsim.TrajectoryProblem(scene, cost, horizon=60, qpos0=d.qpos.copy()), target, d.qpos.copy()
+
+
+def test_contact_reaching_warm_start():
+  """Issue 35, item 3: out of contact with a cost on the box only, L-BFGS's gradient is zero and the
+  result says so; a first stage that adds a term drawing the pusher just into the box's near face
+  (`with_cost`), then the box's cost alone from that warm start, ends within 2 cm in float64 C."""
+  problem, target, qpos0 = _settled_push(2, [0.06, 0.1])
+  rest = diffsim.optimize_trajectory(problem, "lbfgs", maxiter=10, progress=False)
+  assert not rest.success.any() and rest.zero_gradient.all(), rest
+  assert "gradient was zero at the start" in rest.message and "contact-reaching warm start" in rest.message
+
+  # the pusher's center 1 cm into the box's near face (half width 5 cm, capsule radius 2 cm)
+  reach = problem.with_cost(problem.cost.terms + [QposCost(qpos0[1] - 0.06, joints=["px"], running=100.0)])
+  first = diffsim.optimize_trajectory(reach, "lbfgs", maxiter=20, progress=False)
+  res = diffsim.optimize_trajectory(problem, "adam", maxiter=150, warm_start=first, shift=0, progress=False,
+                                    options={"lr": 0.5})
+  assert not res.zero_gradient.any(), res.message
+  box = problem.replay_mujoco(res.x)["qpos"][:, -1, 1:3]
+  error = np.linalg.norm(box - target[:, :2], axis=1)
+  assert np.all(error < 0.02), error

@@ -25,6 +25,7 @@ def _load(name: str):
   ("02_cartpole_swingup.py", "02_cartpole_swingup/swingup.png"),  # every solver runs (test_trajopt checks the swing-up)
   ("03_so101_reach.py", "03_so101_reach/reach.png"),  # >= 95% of 20 worlds within 1 cm (the bar, reduced)
   ("04_so101_throw.py", "04_so101_throw/throw.png"),  # 4 throws land within 2 cm of their targets
+  ("11_push_from_rest.py", "11_push_from_rest/push.png"),  # from rest, the warm start: 4 boxes within 2 cm in C
 ])
 def test_tutorial(tmp_path, capsys, name, figure):
   # tutorials 02 and 03 also write their videos (small); 02 checks its last frame: every pole upright

@@ -10,7 +10,7 @@ from .adam import AdamSolver
 from .checks import host_array
 from .ilqr import ILQRSolver
 from .lbfgs import LBFGSSolver
-from .problem import TrajectoryProblem
+from .problem import JACOBIANS, TrajectoryProblem
 from .result import TrajectoryResult
 
 SOLVERS = {"ilqr": ILQRSolver, "adam": AdamSolver, "lbfgs": LBFGSSolver}
@@ -55,6 +55,9 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
         `loop_steps` (None: by device): True captures the rollouts' step once and replays it
         `horizon` times per rollout (the CPU's default, where capturing an MJWarp step is slow),
         False captures an iteration as one graph (a GPU's default). Both give the same iterates.
+        `jacobian` (None: the problem's, `"auto"` unless set): the step Jacobians, `"auto"` (analytic
+        where the model is covered, else the lanes), `"analytic"` or `"finite_difference"` (the
+        lanes); see `TrajectoryProblem`.
 
     min_progress: a world whose best cost fell by less than this fraction of its initial cost is
       not a success, whatever the stop test said (the result's message names it and what to try):
@@ -107,6 +110,8 @@ def _check_options(method: str, defaults: dict, options: dict | None) -> dict:
       raise ValueError(f"ilqr alphas must be positive step sizes, got {checked['alphas']}")
     if checked["loop_steps"] not in (None, True, False):
       raise ValueError(f"ilqr loop_steps must be None, True or False, got {checked['loop_steps']!r}")
+    if checked["jacobian"] is not None and checked["jacobian"] not in JACOBIANS:
+      raise ValueError(f"ilqr jacobian must be None or one of {JACOBIANS}, got {checked['jacobian']!r}")
   return checked
 
 

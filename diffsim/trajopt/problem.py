@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+
 import numpy as np
 import warp as wp
 
@@ -9,6 +12,8 @@ from .. import losses
 from ..graph import Replay
 from ..rollout import Rollout, Trajectory
 from .checks import clipped_controls, initial_state, per_world_step
+
+JACOBIANS = ("auto", "analytic", "finite_difference")  # how a linearized rollout forms its step Jacobians
 
 
 class TrajectoryProblem:
@@ -31,7 +36,13 @@ class TrajectoryProblem:
       takes the core's steps per input group); forward differences (`central=False`) halve the
       perturbation lanes, so the cost of a differentiable rollout.
     gradient: how Adam's and L-BFGS's tape gradients are formed (`diffsim.Rollout`: `"auto"`,
-      `"analytic"`, `"finite_difference"`); iLQR always linearizes with the lanes.
+      `"analytic"`, `"finite_difference"`).
+    jacobian: how a linearized rollout (iLQR's, `run(..., linearize=True)`) forms its step
+      Jacobians A = dx'/dx, B = dx'/du: `"auto"` (default) the analytic step Jacobians where the
+      model is covered (`diffsim.adjoint.analytic_coverage`), else the finite-difference lanes;
+      `"analytic"`; `"finite_difference"` the lanes. A `Rollout` without analytic step Jacobians
+      (its constructor takes no `jacobian`) linearizes with the lanes for `"auto"` and
+      `"finite_difference"` and refuses `"analytic"`.
 
   Raises:
     ValueError, KeyError, TypeError: for a horizon below 1, a cost naming an unknown joint, site,
@@ -39,7 +50,7 @@ class TrajectoryProblem:
       kernel is launched.
 
   Attributes:
-    scene, horizon, nworld, cost (`losses.Cost`), rollout (`diffsim.Rollout`).
+    scene, horizon, nworld, cost (`losses.Cost`), rollout (`diffsim.Rollout`), jacobian.
     ctrl: `wp.array3d[float]` `(nworld, nstep, nu)` the solvers' working controls (with grad).
     ctrl_init, ctrl_lo, ctrl_hi: `wp.array3d[float]` `(nworld, nstep, nu)`.
     ctrl_lo_np, ctrl_hi_np: read-only float32 host copies of the bounds `(nworld, nstep, nu)`.
@@ -50,9 +61,11 @@ class TrajectoryProblem:
 
   def __init__(self, scene, cost, *, horizon: int, qpos0=None, qvel0=None, act0=None, ctrl_lo=None, ctrl_hi=None,
                ctrl_init=None, params=None, central: bool = True, eps: float | dict | None = None,
-               gradient: str = "auto"):
+               gradient: str = "auto", jacobian: str = "auto"):
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
       raise ValueError(f"horizon must be a positive number of steps, got {horizon!r}")
+    if jacobian not in JACOBIANS:
+      raise ValueError(f"jacobian must be one of {JACOBIANS}, got {jacobian!r}")
     if scene.nu == 0:
       raise ValueError("the model has no actuators, so there are no controls to optimize")
     nworld, nstep, nu = scene.nworld, int(horizon), scene.nu
@@ -76,9 +89,43 @@ class TrajectoryProblem:
     self.ctrl_init = device_array(guess)
     self.ctrl = device_array(guess, True)
     self.qpos0, self.qvel0, self.act0 = device_array(qpos0), device_array(qvel0), device_array(act0)
-    self.rollout = Rollout(scene, nstep, params=params, central=central, eps=eps, gradient=gradient)
+    self.jacobian = jacobian
+    self._rollout_options = dict(params=params, central=central, eps=eps, gradient=gradient)
+    self.rollout = self.make_rollout(jacobian)
     self.solvers: dict = {}
     self._evaluation = None  # the evaluation's graph replay, made on first use
+
+  def make_rollout(self, jacobian: str) -> Rollout:
+    """A `Rollout` of this problem's scene, horizon, parameters and difference scheme whose
+    linearized calls form their step Jacobians as `jacobian` says (see the class's Args)."""
+    if jacobian not in JACOBIANS:
+      raise ValueError(f"jacobian must be one of {JACOBIANS}, got {jacobian!r}")
+    options = dict(self._rollout_options)
+    # Rollouts that predate analytic step Jacobians take no `jacobian` and linearize with the lanes,
+    # which is what "auto" and "finite_difference" then mean; newer ones take it as is
+    if "jacobian" in inspect.signature(Rollout).parameters:
+      options["jacobian"] = jacobian
+    elif jacobian == "analytic":
+      raise ValueError("jacobian='analytic' needs a diffsim.Rollout with analytic step Jacobians (its constructor "
+                       "takes jacobian=); this one linearizes with the finite-difference lanes: pass "
+                       "jacobian='auto' or 'finite_difference'")
+    return Rollout(self.scene, self.horizon, **options)
+
+  def with_cost(self, cost) -> TrajectoryProblem:
+    """The same problem with another cost (a list of terms or a bound `losses.Cost`): the stage of
+    a staged solve, such as the contact-reaching warm start (`diffsim.trajopt`'s docstring).
+
+    It shares this problem's scene, rollout, initial states, bounds and guess (a `reset` of either
+    applies to both) and has its own working controls, solvers and graphs; pass its result as
+    `warm_start=..., shift=0` to `optimize_trajectory` of this problem.
+    """
+    other = copy.copy(self)
+    other.cost = cost if isinstance(cost, losses.Cost) else losses.Cost(self.scene, self.horizon, cost)
+    if other.cost.scene is not self.scene or other.cost.nstep != self.horizon:
+      raise ValueError("the Cost was bound to another scene or horizon")
+    other.ctrl = wp.clone(self.ctrl_init, requires_grad=True)
+    other.solvers, other._evaluation = {}, None
+    return other
 
   @staticmethod
   def _bounds(scene, ctrl_lo, ctrl_hi, nstep: int) -> tuple[np.ndarray, np.ndarray]:

@@ -167,6 +167,7 @@ class Solver:
 
   def start(self, ctrl0: wp.array) -> None:
     """Resets the iterate to `ctrl0` and forgets the best so far."""
+    self._ctrl0 = ctrl0  # for the zero-gradient test of `finish`
     wp.copy(self.problem.ctrl, ctrl0)
     wp.copy(self.best_ctrl, ctrl0)
     self.iterations.zero_()
@@ -230,21 +231,44 @@ class Solver:
                  f"{done.size} worlds")
     fun = self.best.numpy().astype(np.float64)
     success = done.copy()
+    reasons = np.where(done, "converged", "not converged").astype(object)
+    zero = np.zeros(done.size, bool)
     if len(history):
       # a stop test on the relative decrease reads a flat start as convergence (a pusher's force on an
       # object held by static friction barely changes the cost): no real progress is no success
       start = np.asarray(history[0], np.float64)
       stalled = (start - fun) <= self.min_progress * np.maximum(np.abs(start), 1e-12)
       if stalled.any():
+        zero = stalled & self._zero_gradient(start)
         success &= ~stalled
+        reasons[stalled] = "no progress from the start"
+        reasons[zero] = "zero gradient at the start, nothing moved"
         message += (f"; no progress from the start in {int(stalled.sum())} of {stalled.size} worlds (worlds "
                     f"{_first(np.flatnonzero(stalled))}: cost fell by less than {self.min_progress:g} of its "
-                    "initial value), not counted as converged. Unless the start was already optimal, the "
-                    "gradient there is nearly flat (an object at rest under static friction, a contact not yet "
-                    "made): try method='ilqr', a warm start, or a shaping cost term that draws the pusher to "
-                    "the object")
+                    "initial value), not counted as converged")
+        if zero.any():
+          message += (f"; in {int(zero.sum())} of them (worlds {_first(np.flatnonzero(zero))}) the gradient was "
+                      "zero at the start and nothing moved (a contact not yet made: the object does not feel "
+                      "a pusher that misses it): start from a contact-reaching warm start (see diffsim.trajopt: "
+                      "problem.with_cost(cost + a term that draws the pusher to the object), then warm_start=)")
+        if (stalled & ~zero).any():
+          message += (". Unless the start was already optimal, the gradient there is nearly flat (an object at "
+                      "rest under static friction): try method='ilqr', a warm start, or a shaping cost term "
+                      "that draws the pusher to the object")
     return TrajectoryResult(x=x.numpy(), fun=fun, nit=nit, history=history, success=success, message=message,
-                            trajectory=trajectory, method=self.method, time=time.perf_counter() - t0, ctrl=x)
+                            trajectory=trajectory, method=self.method, time=time.perf_counter() - t0, ctrl=x,
+                            zero_gradient=zero, reasons=tuple(reasons))
+
+  def _zero_gradient(self, start: np.ndarray) -> np.ndarray:
+    """`(nworld,)` bool: the tape gradient of the cost in the controls at the start was zero (every
+    entry at most 1e-9 of the start's cost, float32 noise), one rollout and backward pass, run only
+    for a result with stalled worlds. Leaves `problem.ctrl` at the start."""
+    problem = self.problem
+    wp.copy(problem.ctrl, self._ctrl0)
+    _, tape = self.gradient()
+    grad = np.abs(problem.ctrl.grad.numpy()).reshape(problem.nworld, -1).max(axis=1)
+    tape.zero()
+    return grad <= 1e-9 * np.maximum(np.abs(start), 1e-30)
 
 
 def _first(worlds: np.ndarray, n: int = 5) -> str:

@@ -27,17 +27,25 @@ class ILQRSolver(Solver):
   capturing an MJWarp step on the CPU costs tens of ms and replaying a graph almost nothing
   (`benchmarks/bench_trajopt.py` measures both: `first_iter_one_graph_s`, `first_iter_looped_s` in
   `benchmarks/results/trajopt_<device>.json`).
+
+  The option `jacobian` chooses the step Jacobians: None (default) as the problem's `jacobian`
+  says (`"auto"` unless set: analytic where the model is covered, else the lanes); `"auto"`,
+  `"analytic"` or `"finite_difference"` other than the problem's gives the solver a `Rollout` of
+  its own (`problem.make_rollout`), made once with the solver.
   """
 
   method = "ilqr"
   defaults = {"alphas": (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125), "mu_init": 1.0, "mu_min": 1e-4, "mu_max": 1e8,
-              "mu_factor": 10.0, "loop_steps": None}
+              "mu_factor": 10.0, "loop_steps": None, "jacobian": None}
   default_maxiter = 100
 
   def __init__(self, problem, options, capacity, capture):
     super().__init__(problem, options, capacity, capture)
     scene, nstep, nworld = problem.scene, problem.horizon, problem.nworld
-    problem.rollout.reserve_linearization()  # its graphs linearize the rollout
+    jacobian = options["jacobian"]
+    own = jacobian is not None and jacobian != problem.jacobian
+    self.rollout = problem.make_rollout(jacobian) if own else problem.rollout
+    self.rollout.reserve_linearization()  # its graphs linearize the rollout
     nu, nx = scene.nu, scene.nx
     self.nxa = nx + (nu if problem.cost.has_rate else 0)
     nxa = self.nxa
@@ -66,7 +74,7 @@ class ILQRSolver(Solver):
 
     self.candidate, self.best_candidate = trajectory(), trajectory()  # best_candidate.ctrl: the next nominal
     self.nominal_trajectory = None  # the linearized rollout's buffers, set when the stages are made
-    self.stepper = problem.rollout.forward_stepper
+    self.stepper = self.rollout.forward_stepper
     loop_steps = options["loop_steps"]
     self.loop_steps = not scene.device.is_cuda if loop_steps is None else bool(loop_steps)
 
@@ -90,14 +98,15 @@ class ILQRSolver(Solver):
     if self.loop_steps:
       # the rollouts' step is one graph replayed `horizon` times (a device counter advances it), so
       # capturing an iteration costs a few steps whatever the horizon
-      linearize, self.nominal_trajectory = problem.rollout.stages(problem.ctrl, qpos0=problem.qpos0,
-                                                                  qvel0=problem.qvel0, act0=problem.act0,
-                                                                  linearize=True)
+      linearize, self.nominal_trajectory = self.rollout.stages(problem.ctrl, qpos0=problem.qpos0,
+                                                               qvel0=problem.qvel0, act0=problem.act0,
+                                                               linearize=True)
       candidate = [(self._candidate_start, 1), (self._looped_step, nstep), (self._candidate_end, 1)]
       return linearize + [(self._solve, 1)] + candidate * nalpha + [(self._accept, 1)]
 
     def iteration():
-      self.nominal_trajectory = problem.run(problem.ctrl, linearize=True)
+      self.nominal_trajectory = self.rollout(problem.ctrl, qpos0=problem.qpos0, qvel0=problem.qvel0,
+                                             act0=problem.act0, linearize=True)
       self._solve()
       for _ in range(nalpha):
         self._candidate_start()
@@ -112,7 +121,7 @@ class ILQRSolver(Solver):
     """Cost gradient along the linearized nominal trajectory, then the Riccati recursion."""
     problem, scene, nominal = self.problem, self.problem.scene, self.nominal_trajectory
     nworld, nstep = problem.nworld, problem.horizon
-    jac, sjac = problem.rollout.jacobians()
+    jac, sjac = self.rollout.jacobians()
     # cost gradient along the nominal trajectory (any term, kernels included) from a tape
     problem.ctrl.grad.zero_()
     self.total.zero_()
@@ -180,6 +189,8 @@ class ILQRSolver(Solver):
 
   def run(self, ctrl0, *, maxiter, ftol, progress, log_every, callback=None):
     self.ftol.fill_(ftol)  # on the device, so the captured graph reads the current value
+    if self.rollout is not self.problem.rollout and self.rollout.layout.inertial:
+      self.rollout.update_constants()  # the problem refreshes its own rollout only
     return super().run(ctrl0, maxiter=maxiter, ftol=ftol, progress=progress, log_every=log_every, callback=callback)
 
   def finish(self, nit, done, t0, maxiter, message=None, history=None):
