@@ -18,9 +18,8 @@ Cost, per world (`diffsim.losses`' convention): `1/2 W |p_T - g|^2` on the box's
 Solvers, from the same zero controls:
   - `ilqr (analytic)`: `optimize_trajectory(method="ilqr")` on the default rollout, whose
     `jacobian="auto"` forms the step Jacobians from the analytic step (`Rollout.jacobian`);
-  - `ilqr (lanes)`: the same problem with `problem.rollout` replaced by a
-    `Rollout(..., jacobian="finite_difference", central=False)` (TrajectoryProblem has no `jacobian`
-    argument; forward differences, `1 + nx + nu` lanes per world);
+  - `ilqr (lanes)`: the same problem with `TrajectoryProblem(..., jacobian="finite_difference",
+    central=False)` (forward differences, `1 + nx + nu` lanes per world);
   - `scipy L-BFGS-B (C, FD)`: `scipy.optimize.minimize(method="L-BFGS-B")` per world on float64
     MuJoCo C, the same cost, its gradient by forward differences over the 240 controls (step
     `FD_EPS`), every evaluation one `mujoco.rollout.rollout` call of the nominal and all 240
@@ -127,10 +126,9 @@ def push_problem(nworld: int, start: str, device, *, jacobian: str = "auto", see
   nstep = 120
   target = np.concatenate([goals, np.full((nworld, 1), HALF)], axis=1)
   cost = [SensorCost("box_pos", target, terminal=[WEIGHT, WEIGHT, 0.0]), CtrlCost(CTRL_WEIGHT)]
-  problem = diffsim.TrajectoryProblem(scene, cost, horizon=nstep, qpos0=qpos0)
-  if jacobian != "auto":
-    # TrajectoryProblem takes no `jacobian`: swap in a rollout that forms the Jacobians this way
-    problem.rollout = diffsim.Rollout(scene, nstep, jacobian=jacobian, central=False)
+  # the lanes with forward differences (half their lanes; iLQR needs no more)
+  problem = diffsim.TrajectoryProblem(scene, cost, horizon=nstep, qpos0=qpos0, jacobian=jacobian,
+                                      central=jacobian == "auto")
   return problem, goals
 
 
@@ -237,7 +235,8 @@ def run_scipy(problem, threads: int) -> dict:
   wall = time.perf_counter() - t
   return {"x": x, "wall_s": wall, "wall_runs_s": [wall], "warmup_s": 0.0, "nit": int(np.max(nit)),
           "nit_median": float(np.median(nit)), "cost_median": float(np.median(fun)),
-          "rollouts": push.nfev, "evals": push.nfev // (1 + nstep * nu), "message": f"{sum(ok)}/{len(ok)} worlds scipy success", "stalled": len(ok) - sum(ok)}
+          "rollouts": push.nfev, "evals": push.nfev // (1 + nstep * nu),
+          "message": f"{sum(ok)}/{len(ok)} worlds scipy success", "stalled": len(ok) - sum(ok)}
 
 
 def bench_start(start: str, nworld: int, device, repeats: int, threads: int, solvers) -> list[dict]:

@@ -29,8 +29,8 @@ def test_sysid_push_friction(tmp_path, capsys):
   assert code == 0, out
   assert "test passed" in out, out
   assert out.strip().splitlines()[-2].startswith("09_sysid_push_friction:")
-  assert "derivatives of geom_friction:block: finite-difference lanes" in out, out
-  assert "derivatives of body_mass:block: finite-difference lanes" in out, out
+  assert "derivatives of geom_friction:block: analytic step" in out, out  # LM on the analytic step Jacobians
+  assert "derivatives of body_mass:block: analytic step" in out, out
   folder = tmp_path / "09_sysid_push_friction"
   for f in ("push0.npz", "push1.npz", "push0.csv", "push1.csv", "push_scene.xml", "params.json", "model.xml",
             "signals.png", "cost.png", "params.png"):

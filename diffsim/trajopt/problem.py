@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 
 import numpy as np
 import warp as wp
@@ -40,9 +39,7 @@ class TrajectoryProblem:
     jacobian: how a linearized rollout (iLQR's, `run(..., linearize=True)`) forms its step
       Jacobians A = dx'/dx, B = dx'/du: `"auto"` (default) the analytic step Jacobians where the
       model is covered (`diffsim.adjoint.analytic_coverage`), else the finite-difference lanes;
-      `"analytic"`; `"finite_difference"` the lanes. A `Rollout` without analytic step Jacobians
-      (its constructor takes no `jacobian`) linearizes with the lanes for `"auto"` and
-      `"finite_difference"` and refuses `"analytic"`.
+      `"analytic"` (an error naming what it does not cover); `"finite_difference"` the lanes.
 
   Raises:
     ValueError, KeyError, TypeError: for a horizon below 1, a cost naming an unknown joint, site,
@@ -100,16 +97,7 @@ class TrajectoryProblem:
     linearized calls form their step Jacobians as `jacobian` says (see the class's Args)."""
     if jacobian not in JACOBIANS:
       raise ValueError(f"jacobian must be one of {JACOBIANS}, got {jacobian!r}")
-    options = dict(self._rollout_options)
-    # Rollouts that predate analytic step Jacobians take no `jacobian` and linearize with the lanes,
-    # which is what "auto" and "finite_difference" then mean; newer ones take it as is
-    if "jacobian" in inspect.signature(Rollout).parameters:
-      options["jacobian"] = jacobian
-    elif jacobian == "analytic":
-      raise ValueError("jacobian='analytic' needs a diffsim.Rollout with analytic step Jacobians (its constructor "
-                       "takes jacobian=); this one linearizes with the finite-difference lanes: pass "
-                       "jacobian='auto' or 'finite_difference'")
-    return Rollout(self.scene, self.horizon, **options)
+    return Rollout(self.scene, self.horizon, jacobian=jacobian, **self._rollout_options)
 
   def with_cost(self, cost) -> TrajectoryProblem:
     """The same problem with another cost (a list of terms or a bound `losses.Cost`): the stage of
