@@ -394,8 +394,8 @@ class Rollout:
       self.ncall = 0
       self.layout = ParamLayout(scene, params)
       self.gradient, self.gradient_reason = _choose_gradient(scene, self.layout, gradient, differentiable, directions)
-      self.jacobian, self.jacobian_reason = _choose_gradient(scene, self.layout, jacobian, differentiable, directions,
-                                                             what="jacobian")
+      self.jacobian, self.jacobian_reason = (self.gradient, self.gradient_reason) if jacobian == gradient else \
+        _choose_gradient(scene, self.layout, jacobian, differentiable, directions, what="jacobian")
       analytic = "analytic" in (self.gradient, self.jacobian)
       # with the analytic step the lanes serve only what it does not form: their worlds are made then
       self.fd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=differentiable, central=central,

@@ -29,8 +29,7 @@ import numpy as np
 import warp as wp
 
 from ..joints import FREE, HINGE, SLIDE, tangent_grad
-from ..params import flat_rows
-from .solve import _constraint_adjoint, _free_body_mu, _integrator_vjp, _right_jacobian_t, _rotation
+from .solve import _right_jacobian_t, _rotation
 
 __all__ = ["AnalyticJacobian"]
 
@@ -68,22 +67,6 @@ def _unit_sensor(
 ):
   w, i = wp.tid()
   sensordata_grad_out[w, i] = wp.where(i == row, 1.0, 0.0)
-
-
-@wp.kernel(enable_backward=False)
-def _gather_columns(
-  # In:
-  field_grad: wp.array2d[float],  # (nrow, ncol) flat view of a parameter field's adjoint
-  cols: wp.array[int],  # (dim,) its parameter's columns in the field (-1: none)
-  scale: float,
-  offset: int,  # the parameter's first column in theta
-  # Out:
-  theta_out: wp.array2d[float],  # (nworld, nparam) accumulated
-):
-  w, i = wp.tid()
-  c = cols[i]
-  if c >= 0:
-    theta_out[w, offset + i] += scale * field_grad[w % field_grad.shape[0], c]
 
 
 @wp.kernel(enable_backward=False)
@@ -291,7 +274,8 @@ class AnalyticJacobian:
       wp.launch(_unit_invweight, dim=(iw.G_body.shape[0], max(s.mjm.nbody, s.nv)), device=s.device, inputs=[e],
                 outputs=[iw.G_body, iw.G_dof])
       iw.run()
-      self._gather()
+      self._theta.zero_()
+      a.gather_params(self._theta)
       wp.launch(_store_column, dim=(s.nworld, a.nparam), device=s.device, inputs=[e, self._theta], outputs=[self._K])
 
   def begin(self) -> None:
@@ -337,18 +321,6 @@ class AnalyticJacobian:
     for i in self._swept:
       self._sweep(k, i, sjac, state_row=False)
 
-  def _gather(self) -> None:
-    """The parameters' adjoints (their fields' and the tied bias's) into `_theta`, zeroed first."""
-    a, s = self.analytic, self.scene
-    self._theta.zero_()
-    for p, off, (cols, tie), g in zip(a.layout.params, a.layout.offsets, a.layout.columns, a._param_grads):
-      wp.launch(_gather_columns, dim=(s.nworld, p.dim), device=s.device, inputs=[flat_rows(g, p.width), cols, 1.0, int(off)],
-                outputs=[self._theta])
-      if tie is not None:
-        tg = a.program.grads[id(s.model.actuator_biasprm)]
-        wp.launch(_gather_columns, dim=(s.nworld, p.dim), device=s.device, inputs=[flat_rows(tg, 10), tie, -1.0, int(off)],
-                  outputs=[self._theta])
-
   def _sweep(self, k: int, row: int, out: wp.array, *, state_row: bool) -> None:
     """One reverse pass of the replay seeded on state row `row` of step `k + count[0]`'s next state
     (`state_row`) or on sensor `row` at its state; writes that row of `out`."""
@@ -359,21 +331,14 @@ class AnalyticJacobian:
       g.zero_()
     if state_row:
       wp.launch(_unit_state, dim=(n, s.nx), device=s.device, inputs=[row], outputs=[self._lam])
-      wp.launch(_integrator_vjp, dim=n, device=s.device,
-                inputs=[s.dt, s.jnt_type, s.jnt_dofadr, 0, self._qvel, self._lam, a.L],
-                outputs=[a.mu, a.lam_q, a.lam_v])
-      if a.nfree:
-        wp.launch(_free_body_mu, dim=(n, a.nfree), device=s.device,
-                  inputs=[s.model.body_dofadr, a.free_body, s.dt, a.A_free, a.lam_v], outputs=[a.mu])
-      if a.constrained:
-        wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[a.M, a.jtdj, a.mu], outputs=[a.L_h, a.lam_a])
-      a.seed_step(0, self._lam)
+      a.seed_step(0, self._qvel, self._lam)
       P.backward_from(("step", "state"), [a.tau_e, a.tau_a, a.damp, a.force, a.act_next])
     else:
       wp.launch(_unit_sensor, dim=(n, s.nsensordata), device=s.device, inputs=[row], outputs=[G[id(a.sensordata)]])
       P.backward_from(("state",), [a.sensordata])
     if a.nparam:
-      self._gather()
+      self._theta.zero_()
+      a.gather_params(self._theta)
       if a.invweight is not None:
         iw = a.invweight
         wp.launch(_apply_invweight, dim=(n, a.nparam), device=s.device, inputs=[iw.G_body, iw.G_dof, self._K],

@@ -194,15 +194,16 @@ def _store_qacc(
 def _gather_param_grad(
   # In:
   field_grad: wp.array2d[float],  # (nrow, ncol) flat view of the field's adjoint
-  cols: wp.array[int],  # (dim,)
+  cols: wp.array[int],  # (dim,) the parameter's columns in the field (-1: none)
   scale: float,
+  offset: int,  # the parameter's first column in the output
   # Out:
-  value_grad: wp.array2d[float],  # (nworld, dim)
+  value_grad: wp.array2d[float],  # (nworld, dim) or (nworld, nparam), accumulated
 ):
   w, i = wp.tid()
   c = cols[i]
   if c >= 0:
-    value_grad[w, i] += scale * field_grad[w % field_grad.shape[0], c]
+    value_grad[w, offset + i] += scale * field_grad[w % field_grad.shape[0], c]
 
 
 def _tables(mjm: mujoco.MjModel):
@@ -555,10 +556,20 @@ class AnalyticStep:
     if self.equalities is not None:
       self.equalities.hessian()
 
-  def seed_step(self, k: int, lam: wp.array) -> None:
-    """Seeds the step segment's reverse pass from `mu`, `lam_a` and the activations' adjoint in
-    `lam[:, k + 1]` (`_seed`)."""
+  def seed_step(self, k: int, qvel: wp.array, lam: wp.array) -> None:
+    """Seeds the step segment's reverse pass from the next state's adjoint `lam[:, k + 1]`
+    (`(nworld, >= k + 2, nx)`, tangent space; `qvel[:, k + 1]` the next velocity): the integrator's
+    VJP and the damped solve (`mu`, `lam_q`, `lam_v`), the constraint adjoint (`lam_a`), `_seed`."""
     s, G = self.scene, self.program.grads
+    n = s.nworld
+    wp.launch(_integrator_vjp, dim=n, device=s.device, inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, qvel, lam, self.L],
+              outputs=[self.mu, self.lam_q, self.lam_v])
+    if self.nfree:
+      wp.launch(_free_body_mu, dim=(n, self.nfree), device=s.device,
+                inputs=[s.model.body_dofadr, self.free_body, s.dt, self.A_free, self.lam_v], outputs=[self.mu])
+    if self.constrained:
+      wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[self.M, self.jtdj, self.mu],
+                outputs=[self.L_h, self.lam_a])
     wp.launch(_seed, dim=s.nworld, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam],
               outputs=[G[id(self.tau_e)], G[id(self.tau_a)], G[id(self.damp)], G[id(self.force)],
                        G[id(self.act_next)]])
@@ -581,16 +592,7 @@ class AnalyticStep:
         wp.launch(_copy_row, dim=(n, s.nsensordata), device=s.device, inputs=[k, traj.sensordata.grad],
                   outputs=[G[id(self.sensordata)]])
       if with_step:
-        wp.launch(_integrator_vjp, dim=n, device=s.device,
-                  inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, traj.qvel, lam, self.L],
-                  outputs=[self.mu, self.lam_q, self.lam_v])
-        if self.nfree:
-          wp.launch(_free_body_mu, dim=(n, self.nfree), device=s.device,
-                    inputs=[s.model.body_dofadr, self.free_body, s.dt, self.A_free, self.lam_v], outputs=[self.mu])
-        if self.constrained:
-          wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[self.M, self.jtdj, self.mu],
-                    outputs=[self.L_h, self.lam_a])
-        self.seed_step(k, lam)
+        self.seed_step(k, traj.qvel, lam)
         P.backward("step")
       P.backward("state")
       wp.launch(_assemble, dim=n, device=s.device,
@@ -599,10 +601,17 @@ class AnalyticStep:
                 outputs=[lam, ctrl_grad])
     if self.invweight is not None:
       self.invweight.run()
-    for p, (cols, tie), g in zip(self.layout.params, self.layout.columns, self._param_grads):
-      wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[flat_rows(g, p.width), cols, 1.0],
-                outputs=[p.value.grad])
+    self.gather_params()
+
+  def gather_params(self, theta_grad: wp.array | None = None) -> None:
+    """Adds the parameters' adjoints (their fields' and the tied bias's) to each `Param.value.grad`,
+    or into `theta_grad` `(nworld, nparam)` at the layout's offsets."""
+    s, G = self.scene, self.program.grads
+    for p, off, (cols, tie), g in zip(self.layout.params, self.layout.offsets, self.layout.columns,
+                                      self._param_grads):
+      out, off = (p.value.grad, 0) if theta_grad is None else (theta_grad, int(off))
+      wp.launch(_gather_param_grad, dim=(s.nworld, p.dim), device=s.device,
+                inputs=[flat_rows(g, p.width), cols, 1.0, off], outputs=[out])
       if tie is not None:
-        tg = G[id(s.model.actuator_biasprm)]
-        wp.launch(_gather_param_grad, dim=(n, p.dim), device=s.device, inputs=[flat_rows(tg, 10), tie, -1.0],
-                  outputs=[p.value.grad])
+        wp.launch(_gather_param_grad, dim=(s.nworld, p.dim), device=s.device,
+                  inputs=[flat_rows(G[id(s.model.actuator_biasprm)], 10), tie, -1.0, off], outputs=[out])
