@@ -129,7 +129,8 @@ class _Buffers:
       self.jac = self.sjac = None
       if not analytic:
         self.jacobian_buffers()
-      self.qacc = z(n, nstep, scene.nv) if analytic else None  # the analytic step's accelerations
+      # the analytic step's accelerations, the final state's too (its acceleration sensors)
+      self.qacc = z(n, nstep + 1, scene.nv) if analytic else None
       self.lam = z(n, nstep + 1, scene.nx)
       self.theta_grad = z(n, max(fd.nparam, 1))
       self.ctrl_grad = z(n, nstep, scene.nu)  # used when ctrl has no .grad
@@ -630,8 +631,9 @@ class Rollout:
 
   def _epilogue(self, call: _Call) -> None:
     b = call.b
+    extra = dict(qacc=b.qacc) if call.analytic else {}  # the final state's acceleration (its sensors)
     call.stepper.sense(call.traj, call.ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac,
-                       sjac=b.sjac, switches=b.switches)
+                       sjac=b.sjac, switches=b.switches, **extra)
 
   def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0, analytic: bool = False) -> None:
     scene, fd = self.scene, self.fd

@@ -400,9 +400,9 @@ class ContactRows:
     program.launch("step", _row_products, rows,
                    [ell, c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc], [Jv, Ja])
     h = float(s.mjm.opt.timestep)
+    self.friction = friction  # the cones' and the acceleration sensors' (pyramid edges to contact forces)
     if ell:
       self.zone, self.u, self.cone = z(nc, int), arr(rows, grad=False), arr(nc, wp.vec4, grad=False)
-      self.friction = friction
       program.launch("step", _elliptic_force, nc,
                      [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
                       solref, c.solreffriction, solimp, c.includemargin, self.active, dist, Jv, Ja],

@@ -46,10 +46,14 @@ _SENS_TENDONPOS, _SENS_TENDONVEL = int(_S.mjSENS_TENDONPOS), int(_S.mjSENS_TENDO
 _SENS_GYRO, _SENS_VELOCIMETER = int(_S.mjSENS_GYRO), int(_S.mjSENS_VELOCIMETER)
 _SENS_BALLQUAT, _SENS_BALLANGVEL = int(_S.mjSENS_BALLQUAT), int(_S.mjSENS_BALLANGVEL)
 _SENS_JOINTACTFRC = int(_S.mjSENS_JOINTACTFRC)
+# acceleration stage: read the solver's acceleration (an extra seed of the implicit function theorem)
+_SENS_ACCELEROMETER, _SENS_TOUCH = int(_S.mjSENS_ACCELEROMETER), int(_S.mjSENS_TOUCH)
+_SENS_FORCE, _SENS_TORQUE = int(_S.mjSENS_FORCE), int(_S.mjSENS_TORQUE)
+ACC_SENSORS = (_SENS_ACCELEROMETER, _SENS_TOUCH, _SENS_FORCE, _SENS_TORQUE)
 _SENSORS = (_SENS_JOINTPOS, _SENS_JOINTVEL, _SENS_ACTUATORPOS, _SENS_ACTUATORVEL, _SENS_ACTUATORFRC, _SENS_FRAMEPOS,
             _SENS_FRAMEQUAT, _SENS_FRAMEXAXIS, _SENS_FRAMEYAXIS, _SENS_FRAMEZAXIS, _SENS_FRAMELINVEL,
             _SENS_FRAMEANGVEL, _SENS_SUBTREECOM, _SENS_TENDONPOS, _SENS_TENDONVEL, _SENS_GYRO, _SENS_VELOCIMETER,
-            _SENS_BALLQUAT, _SENS_BALLANGVEL, _SENS_JOINTACTFRC)
+            _SENS_BALLQUAT, _SENS_BALLANGVEL, _SENS_JOINTACTFRC) + ACC_SENSORS
 
 
 def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
@@ -215,6 +219,11 @@ def _sensor_uncovered(mjm: mujoco.MjModel, i: int) -> str | None:
     return "a frame that is not a body, geom or site"
   if hasattr(mjm, "sensor_interval") and np.asarray(mjm.sensor_interval[i]).reshape(-1)[0] > 0:
     return "a sampling interval"
+  if typ in (_SENS_FORCE, _SENS_TORQUE) and (mjm.neq or mjm.ntendon):
+    # their cfrc_int subtracts cfrc_ext, which the replay builds from contact forces only
+    return "a force or torque sensor in a model with equalities or tendons (their forces on the bodies)"
+  if typ == _SENS_TOUCH and mjm.sensor_cutoff[i] > 0:
+    return "a touch sensor with a cutoff"
   return None
 
 

@@ -258,6 +258,8 @@ class AnalyticJacobian:
     self._sel_rows = wp.array(np.array(rows, np.int32), dtype=int, device=s.device)
     self._sel_cols = wp.array(np.array(cols, np.int32), dtype=int, device=s.device)
     self._swept = [r for r in range(s.nsensordata) if r not in set(rows)]  # sensor rows formed by sweeps
+    # acceleration-stage rows: a sweep through the step's implicit function theorem (`AnalyticStep.reverse`)
+    self._acc_rows = set() if analytic.acc_cols is None else {int(c) for c in analytic.acc_cols}
     self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
 
   def _invweight_jacobian(self) -> None:
@@ -304,13 +306,13 @@ class AnalyticJacobian:
               inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, self.count, traj.qvel], outputs=[jac])
     self._sensor_rows(k, sjac)
 
-  def sense(self, traj, ctrl, warm, k: int, *, sjac, **_) -> None:
+  def sense(self, traj, ctrl, warm, k: int, *, sjac, qacc=None, **_) -> None:
     a = self.analytic
-    a.sense(traj, ctrl, warm, k)
+    a.sense(traj, ctrl, warm, k, qacc=qacc)
     if not self.scene.nsensordata:
       return
     a.rebuild()
-    a.replay(traj, None, k, False, count=self.count)
+    a.replay(traj, qacc if a.acc_sensors else None, k, a.acc_sensors, count=self.count)
     self._sensor_rows(k, sjac)
 
   def _sensor_rows(self, k: int, sjac: wp.array) -> None:
@@ -335,7 +337,10 @@ class AnalyticJacobian:
       P.backward_from(("step", "state"), [a.tau_e, a.tau_a, a.damp, a.force, a.act_next])
     else:
       wp.launch(_unit_sensor, dim=(n, s.nsensordata), device=s.device, inputs=[row], outputs=[G[id(a.sensordata)]])
-      P.backward_from(("state",), [a.sensordata])
+      if row in self._acc_rows:
+        a.reverse(0, self._qvel, self._lam, integrate=False)
+      else:
+        P.backward_from(("state",), [a.sensordata])
     if a.nparam:
       self._theta.zero_()
       a.gather_params(self._theta)

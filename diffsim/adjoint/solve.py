@@ -332,12 +332,14 @@ def _constraint_adjoint(
   M: wp.array3d[float],
   jtdj: wp.array3d[float],  # (nworld, nv, nv) J^T D J of the quadratic rows
   mu: wp.array2d[float],
+  a_bar: wp.array2d[float],  # (nworld, nv) the acceleration sensors' own adjoint of `a` (0 without them)
   # Out:
   L_out: wp.array3d[float],  # (nworld, nv, nv) scratch: Cholesky factor of H = M + J^T D J
-  lam_out: wp.array2d[float],  # (nworld, nv) H^-1 (-J^T D J mu): the solver acceleration's adjoint
+  lam_out: wp.array2d[float],  # (nworld, nv) H^-1 (a_bar - J^T D J mu): the solver acceleration's adjoint
 ):
   """Implicit function theorem through the constraint solve: the Euler step's `a_e` depends on the
-  solver's `a` through the constraint forces, `a_bar = -J^T D J mu`, and `H lambda = a_bar`."""
+  solver's `a` through the constraint forces (`-J^T D J mu`), the acceleration sensors read it
+  (`a_bar`), and `H lambda` is their sum."""
   w = wp.tid()
   nv = mu.shape[1]
   for i in range(nv):
@@ -345,7 +347,7 @@ def _constraint_adjoint(
       L_out[w, i, j] = M[w, i, j] + jtdj[w, i, j]
   _cholesky(L_out, w, nv)
   for i in range(nv):
-    s = float(0.0)
+    s = a_bar[w, i]
     for j in range(nv):
       s -= jtdj[w, i, j] * mu[w, j]
     lam_out[w, i] = s

@@ -19,14 +19,14 @@ from .actuation import _actuation, _actuator_velocity_diag, _joint_actuator_limi
 from .ball_limits import record_ball_limits
 from .constraints import record_rows
 from .contacts import ContactRows
-from .coverage import analytic_coverage
+from .coverage import ACC_SENSORS, analytic_coverage
 from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term, _free_crb, _free_gyro_term, \
   _joint_forces, _passive, _subtree_forces
 from .equalities import EqualityRows
 from .invweight import InvWeightAdjoint
 from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
 from .program import _Program
-from .sensors import _sensors
+from .sensors import _sensors, record_acc_sensors
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
   _integrator_vjp, _mass_matrix, _rank_ones
 from .tendons import TendonRows, record_transmission_damping, record_transmissions
@@ -74,6 +74,7 @@ def _seed(
   mu: wp.array2d[float],  # (nworld, nv) adjoint through the damped Euler solve
   lam_a: wp.array2d[float],  # (nworld, nv) adjoint through the constraint solve (0 without rows)
   lam: wp.array3d[float],
+  integrate: int,  # 0: a state's sensors alone (no next state: the activations get no adjoint)
   # Out:
   tau_e_grad: wp.array2d[float],
   tau_a_grad: wp.array2d[float],
@@ -92,7 +93,9 @@ def _seed(
     damp_grad[w, i] = -m
     force_grad[w, i] = m + l
   for i in range(act_next_grad.shape[1]):
-    act_next_grad[w, i] = lam[w, k + 1, 2 * nv + i]
+    act_next_grad[w, i] = float(0.0)
+    if integrate != 0:
+      act_next_grad[w, i] = lam[w, k + 1, 2 * nv + i]
 
 
 @wp.kernel(enable_backward=False)
@@ -277,8 +280,13 @@ class AnalyticStep:
     wp.launch(_store_qacc, dim=(s.nworld, s.nv), device=s.device, inputs=[k, self.fwd.count, self.fwd.data.qacc],
               outputs=[qacc])
 
-  def sense(self, traj, ctrl, warm, k: int, **_) -> None:
+  def sense(self, traj, ctrl, warm, k: int, *, qacc=None, **_) -> None:
+    """The final state's sensors; its acceleration into `qacc[:, k]` where `qacc` has that row."""
     self.fwd.sense(traj, ctrl, warm, k)
+    s = self.scene
+    if qacc is not None and qacc.shape[1] > k:
+      wp.launch(_store_qacc, dim=(s.nworld, s.nv), device=s.device, inputs=[k, self.fwd.count, self.fwd.data.qacc],
+                outputs=[qacc])
 
   # -- backward ---------------------------------------------------------------------------------
 
@@ -436,6 +444,7 @@ class AnalyticStep:
 
     # segment "step": inverse dynamics at the accelerations, constraint forces at the solver's
     def rne(acc, tau):
+      """Inverse dynamics at `acc` into `tau`; returns the bodies' accelerations and forces."""
       cacc, cfrc, cfrc_int = arr((n, nb), wp.spatial_vector), arr((n, nb), wp.spatial_vector), \
         arr((n, nb), wp.spatial_vector)
       accumulated.extend([cacc, cfrc_int])
@@ -446,6 +455,7 @@ class AnalyticStep:
       P.launch("step", _joint_forces, (n, nv), [m.dof_bodyid, m.dof_armature, acc, cdof, cfrc_int], [tau])
       if self.tendons is not None:
         self.tendons.inertia(acc, cacc, tau)
+      return cacc, cfrc
 
     self.tau_e, self.tau_a = arr((n, nv)), arr((n, nv))
     rne(self.qacc_e, self.tau_e)
@@ -478,8 +488,17 @@ class AnalyticStep:
       self.invweight = InvWeightAdjoint(s, P, self.body_dof)
       self._field_grads += [self.invweight.G_body, self.invweight.G_dof]
     P.launch("step", _add_forces, (n, nv), [qfrc_passive, qfrc_actuator, qfrc_constraint], [self.force])
-    if self.constrained:
-      rne(self.qacc, self.tau_a)
+    # the acceleration-stage sensors read `a` itself: the IFT's residual at `a` is then needed without rows too
+    self.acc_sensors = bool(sensors_on) and bool(np.isin(mjm.sensor_type, ACC_SENSORS).any())
+    self.g_acc = P.grad(self.qacc) if self.acc_sensors else z((n, nv))  # their adjoint of `a` (`reverse`)
+    if self.constrained or self.acc_sensors:
+      cacc_a, cfrc_a = rne(self.qacc, self.tau_a)
+    self.acc_cols = None
+    if self.acc_sensors:
+      accumulated.append(self.sensordata)  # touch sensors add contacts' forces
+      self.acc_cols = record_acc_sensors(P, mjm, m, arr, accumulated, contacts=self.contacts, site_xpos=site_xpos,
+                                         site_xmat=site_xmat, com=com, cvel=cvel, cacc=cacc_a, cfrc=cfrc_a,
+                                         sensordata=self.sensordata)
 
     self._inter = inter
     self._accumulated = accumulated  # zeroed before each replay (atomics)
@@ -502,7 +521,7 @@ class AnalyticStep:
     self.free_frames = (crb_free, xpos, xmat, com)
     self.A_free = z((n, max(self.nfree, 1)), mat66)
     self.M, self.L, self.L_h = z((n, nv, nv)), z((n, nv, nv)), z((n, nv, nv))
-    self.mu, self.lam_a = z((n, nv)), z((n, nv))
+    self.mu, self.lam_a, self._zero_nv = z((n, nv)), z((n, nv)), z((n, nv))
     self._no_count = wp.zeros(1, dtype=int, device=dev)
     self._no_qacc = z((n, 1, nv))  # the final sensors' replay reads no acceleration
     self.lam_q, self.lam_v = z((n, nv)), z((n, nv))
@@ -512,7 +531,7 @@ class AnalyticStep:
   def replay(self, traj, qacc, k: int, with_step: bool, count: wp.array | None = None) -> None:
     """Recomputes step `k + count[0]`'s smooth dynamics (its control, or the last one for the final
     sensors) into the replay's arrays; only the sensors' part without `with_step` (`qacc` may then
-    be None)."""
+    be None; with acceleration sensors the final state's replay needs its `qacc` and `with_step`)."""
     s, m, P = self.scene, self.scene.model, self.program
     n = s.nworld
     wp.launch(_load_step, dim=n, device=s.device,
@@ -555,24 +574,54 @@ class AnalyticStep:
       self.tendons.hessian()
     if self.equalities is not None:
       self.equalities.hessian()
+    if self.acc_sensors:
+      P.forward("acc")
 
-  def seed_step(self, k: int, qvel: wp.array, lam: wp.array) -> None:
+  def seed_step(self, k: int, qvel: wp.array, lam: wp.array, integrate: bool = True, acc: bool = False) -> None:
     """Seeds the step segment's reverse pass from the next state's adjoint `lam[:, k + 1]`
     (`(nworld, >= k + 2, nx)`, tangent space; `qvel[:, k + 1]` the next velocity): the integrator's
-    VJP and the damped solve (`mu`, `lam_q`, `lam_v`), the constraint adjoint (`lam_a`), `_seed`."""
+    VJP and the damped solve (`mu`, `lam_q`, `lam_v`), the constraint adjoint (`lam_a`), `_seed`.
+    `integrate=False`: no next state (a state's acceleration sensors alone); `acc`: add the
+    acceleration sensors' adjoint of `a` (`g_acc`, filled by `reverse`'s first pass)."""
     s, G = self.scene, self.program.grads
     n = s.nworld
-    wp.launch(_integrator_vjp, dim=n, device=s.device, inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, qvel, lam, self.L],
-              outputs=[self.mu, self.lam_q, self.lam_v])
-    if self.nfree:
-      wp.launch(_free_body_mu, dim=(n, self.nfree), device=s.device,
-                inputs=[s.model.body_dofadr, self.free_body, s.dt, self.A_free, self.lam_v], outputs=[self.mu])
-    if self.constrained:
-      wp.launch(_constraint_adjoint, dim=n, device=s.device, inputs=[self.M, self.jtdj, self.mu],
+    if integrate:
+      wp.launch(_integrator_vjp, dim=n, device=s.device, inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, qvel, lam,
+                                                                 self.L], outputs=[self.mu, self.lam_q, self.lam_v])
+      if self.nfree:
+        wp.launch(_free_body_mu, dim=(n, self.nfree), device=s.device,
+                  inputs=[s.model.body_dofadr, self.free_body, s.dt, self.A_free, self.lam_v], outputs=[self.mu])
+    else:
+      for a in (self.mu, self.lam_q, self.lam_v):
+        a.zero_()
+    if not (self.constrained or acc):
+      self.lam_a.zero_()  # an acceleration sensors' pass may have left it
+    else:
+      wp.launch(_constraint_adjoint, dim=n, device=s.device,
+                inputs=[self.M, self.jtdj, self.mu, self.g_acc if acc else self._zero_nv],
                 outputs=[self.L_h, self.lam_a])
-    wp.launch(_seed, dim=s.nworld, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam],
+    wp.launch(_seed, dim=s.nworld, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam, int(integrate)],
               outputs=[G[id(self.tau_e)], G[id(self.tau_a)], G[id(self.damp)], G[id(self.force)],
                        G[id(self.act_next)]])
+
+  def reverse(self, k: int, qvel: wp.array, lam: wp.array, integrate: bool) -> None:
+    """The reverse pass of one replayed step into the leaves' adjoints, from the sensors' adjoint
+    (already in the program's `sensordata` adjoint) and, `integrate`, the next state's `lam[:, k + 1]`.
+
+    With acceleration sensors two passes, added by linearity: first the sensors' explicit partials
+    (their adjoint of `a` lands in `g_acc`), then the implicit function theorem seeded with it."""
+    P = self.program
+    if self.acc_sensors:
+      self.g_acc.zero_()
+      P.backward_from(("acc", "step", "state"), [self.sensordata])
+      for g in self._inter:
+        g.zero_()
+      self.seed_step(k, qvel, lam, integrate=integrate, acc=True)
+      P.backward("step")
+    elif integrate:
+      self.seed_step(k, qvel, lam)
+      P.backward("step")
+    P.backward("state")
 
   def backward(self, traj, qacc, lam, ctrl_grad, nstep: int) -> None:
     """Fills `lam` `(nworld, nstep + 1, nx)` (tangent-space state adjoints), adds control adjoints
@@ -585,16 +634,13 @@ class AnalyticStep:
     for k in range(nstep, -1, -1):
       with_step = k < nstep
       kc = min(k, nstep - 1)
-      self.replay(traj, qacc, k, with_step)
+      self.replay(traj, qacc, k, with_step or self.acc_sensors)
       for g in self._inter + self._leaves:
         g.zero_()
       if self.scene.nsensordata:
         wp.launch(_copy_row, dim=(n, s.nsensordata), device=s.device, inputs=[k, traj.sensordata.grad],
                   outputs=[G[id(self.sensordata)]])
-      if with_step:
-        self.seed_step(k, traj.qvel, lam)
-        P.backward("step")
-      P.backward("state")
+      self.reverse(k, traj.qvel, lam, with_step)
       wp.launch(_assemble, dim=n, device=s.device,
                 inputs=[s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, k, kc, int(with_step), traj.qpos, traj.qpos.grad,
                         traj.qvel.grad, traj.act.grad] + self._leaves + [self.lam_q, self.lam_v],
