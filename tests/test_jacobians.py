@@ -210,3 +210,14 @@ def test_rollout_choice_and_fallback(cartpole):
   assert ro.jacobian == "finite_difference" and "jointlimitfrc" in ro.jacobian_reason
   with pytest.raises(ValueError, match="jacobian must be one of"):
     diffsim.Rollout(cartpole, 2, jacobian="lanes")
+
+
+def test_acceleration_sensor_rows():
+  """Accelerometers, touch and force-torque sensors (`tests/test_acc_sensors.py`'s box and arm):
+  their rows are sweeps through the step's implicit function theorem."""
+  from test_acc_sensors import IMU_ACC, _inputs
+
+  scene = diffsim.Scene.from_xml(IMU_ACC, nworld=2, device=DEVICE)
+  ctrl, qpos0, qvel0 = _inputs(scene.mjm)
+  a, lanes, clean, n, a_all = _compare(scene, 4, ctrl=np.tile(ctrl[:4], (2, 1, 1)), qpos0=qpos0, qvel0=qvel0)
+  assert a_all < TOL, (a, lanes, clean)
