@@ -47,13 +47,17 @@ sleeping bodies, the case `physics.Physics` runs) with one kernel added to its i
 calls MJWarp's private solver stages (`tests/test_lane_solver.py` checks it against `mjw.solve`).
 The CG solver is not covered: it updates its search direction after the stopping test, so a world
 set going again would search along a stale direction; its lanes run at tolerance 0.
+
+Also here: the lanes' actuation kinks (`actuation_side`, `kink_name`), the clamps of MJWarp's
+`fwd_actuation` on whose sides a world's lanes must agree (`step._constraint_signature`).
 """
 
 from __future__ import annotations
 
+import mujoco
 import warp as wp
 
-__all__ = ["FOLLOW_TOLERANCE", "follows", "solve_following"]
+__all__ = ["FOLLOW_TOLERANCE", "follows", "solve_following", "actuation_side", "kink_name"]
 
 # the solver tolerance of the lanes' batch (nominal worlds included) when they follow their nominal world
 FOLLOW_TOLERANCE = 1e-12
@@ -148,3 +152,66 @@ def solve_following(m, d, nworld: int, pairs: bool = False) -> None:
     )
   if m.opt.noslip_iterations > 0:
     solver.noslip(m, d)
+
+
+# The lanes' actuation kinks (`step._constraint_signature`): MJWarp's `fwd_actuation` clamps, on
+# whose sides the lanes of a world must agree for a difference to be a derivative.
+_TRN_TENDON = int(mujoco.mjtTrn.mjTRN_TENDON)
+
+
+@wp.func
+def _clamp_side(f: float, lo: float, hi: float) -> int:
+  """Which side of a clamp's kinks `f` sits on: 1 at or below `lo`, 2 at or above `hi`, 3 between."""
+  return wp.where(f <= lo, 1, wp.where(f >= hi, 2, 3))
+
+
+@wp.func
+def actuation_side(
+  i: int, lw: int,
+  dof_jntid: wp.array[int], jnt_actfrclimited: wp.array[bool], jnt_actfrcrange: wp.array2d[wp.vec2],
+  actuator_trntype: wp.array[int], actuator_trnid: wp.array[wp.vec2i], actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2], tendon_actfrclimited: wp.array[bool],
+  tendon_actfrcrange: wp.array2d[wp.vec2],
+  actuator_force_in: wp.array2d[float], qfrc_actuator_in: wp.array2d[float],
+) -> int:
+  """`_clamp_side` of lane world `lw`'s actuation kink `i` (0: not clamped): actuator `i`'s
+  forcerange (`i < nu`), dof `i - nu`'s joint actuatorfrcrange (`< nu + nv`), else tendon
+  `i - nu - nv`'s actuatorfrcrange, MJWarp's `fwd_actuation` clamps."""
+  nu = actuator_force_in.shape[1]
+  nv = qfrc_actuator_in.shape[1]
+  if i < nu:
+    if actuator_forcelimited[i]:
+      r = actuator_forcerange[lw % actuator_forcerange.shape[0], i]
+      return _clamp_side(actuator_force_in[lw, i], r[0], r[1])
+  elif i < nu + nv:
+    j = dof_jntid[i - nu]
+    if jnt_actfrclimited[j]:
+      r = jnt_actfrcrange[lw % jnt_actfrcrange.shape[0], j]
+      return _clamp_side(qfrc_actuator_in[lw, i - nu], r[0], r[1])
+  else:
+    t = i - nu - nv
+    if tendon_actfrclimited[t]:
+      f = float(0.0)
+      for u in range(nu):
+        if actuator_trntype[u] == _TRN_TENDON and actuator_trnid[u][0] == t:
+          f += actuator_force_in[lw, u]
+      r = tendon_actfrcrange[lw % tendon_actfrcrange.shape[0], t]
+      # the clamp scales the tendon's actuators to sum to the bound, equal up to rounding (MJWarp's
+      # `_tendon_actfrc_clamped` tolerance)
+      return _clamp_side(f, r[0] + 1e-5 * wp.abs(r[0]), r[1] - 1e-5 * wp.abs(r[1]))
+  return 0
+
+
+def kink_name(mjm: mujoco.MjModel, code: int) -> str:
+  """What a `kinks` code (1 + `actuation_side`'s `i`, > 0) names in `mjm`, e.g. "the force clamp
+  (forcerange) of actuator 'motor'"."""
+  i = code - 1
+  what, kind, obj, idx = "force clamp (forcerange)", "actuator", mujoco.mjtObj.mjOBJ_ACTUATOR, i
+  if i >= mjm.nu + mjm.nv:
+    what, kind, obj, idx = "actuator force clamp (actuatorfrcrange)", "tendon", mujoco.mjtObj.mjOBJ_TENDON, \
+      i - mjm.nu - mjm.nv
+  elif i >= mjm.nu:
+    what, kind, obj, idx = "actuator force clamp (actuatorfrcrange)", "joint", mujoco.mjtObj.mjOBJ_JOINT, \
+      mjm.dof_jntid[i - mjm.nu]
+  name = mujoco.mj_id2name(mjm, obj, int(idx)) or f"#{int(idx)}"
+  return f"the {what} of {kind} '{name}'"

@@ -55,8 +55,9 @@ class DivergenceError(FloatingPointError):
 
 
 class GradientWarning(UserWarning):
-  """Step Jacobians that crossed a constraint switch on every finite-difference lane; the message
-  names the first world and step (see `check_switches`)."""
+  """Step Jacobians that crossed a constraint switch or an actuator force clamp on every
+  finite-difference lane; the message names the first world and step and the clamp (see
+  `check_switches`)."""
 
 
 @dataclass
@@ -113,6 +114,7 @@ class _Buffers:
     self.warm = z(n, scene.nv)
     # per step, the Jacobian columns whose lanes all changed the constraint set (`FiniteDifferenceStep`)
     self.switches = wp.zeros((n, nstep + 1), dtype=int, device=dev)
+    self.kinks = wp.zeros((n, nstep + 1), dtype=int, device=dev)  # and 1 + the actuation kink they straddle
     # defaults and grad sinks, allocated here so a captured graph never points at freed memory
     self.qpos0 = wp.array(scene.mjm.qpos0.reshape(1, -1).astype(np.float32), dtype=float, device=dev)
     self.qvel0 = z(1, scene.nv)
@@ -405,7 +407,7 @@ class Rollout:
       self.check = check
       self.buffers = _Buffers(scene, self.nstep, self.fd, analytic)
       # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
-      self._switches = self.buffers.switches
+      self._switches, self._kinks = self.buffers.switches, self.buffers.kinks
       # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
       # use: put_data inside a graph capture would be recorded instead of run
       self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
@@ -484,6 +486,12 @@ class Rollout:
     step (0 where the gradient is clean; see `FiniteDifferenceStep` and `check_switches`)."""
     return self._switches
 
+  def kinks(self) -> wp.array:
+    """`(nworld, nstep + 1)` int beside `switches()`: 1 + the actuation kink (an actuator's forcerange,
+    a joint's or tendon's actuatorfrcrange, `lane_solver.kink_name`) that a counted column's lanes
+    straddle, 0 where none."""
+    return self._kinks
+
   def tangents(self) -> tuple[wp.array, wp.array]:
     """Forward mode (`directions=m`): the tangents of the last linearized call,
     `dX` `(nworld, nstep + 1, nx, m)` (state rows: qpos in the tangent space, qvel, act) and
@@ -509,7 +517,7 @@ class Rollout:
     call = self._prepare(ctrl, qpos0, qvel0, act0, b, differentiate=tape is not None or linearize, linearize=linearize,
                          tangent0=tangent0)
     if call.differentiate:
-      self._switches = b.switches
+      self._switches, self._kinks = b.switches, b.kinks
     traj = call.traj
     # MJWarp kernels have no adjoints: keep every launch below off the tape
     wp._src.context.runtime.tape = None
@@ -550,7 +558,7 @@ class Rollout:
     call = self._prepare(ctrl, qpos0, qvel0, act0, self.buffers, differentiate=linearize, tangent0=tangent0,
                          linearize=linearize)
     if linearize:
-      self._switches = self.buffers.switches
+      self._switches, self._kinks = self.buffers.switches, self.buffers.kinks
     count = call.stepper.count
 
     def step():
@@ -618,6 +626,7 @@ class Rollout:
         a.grad.zero_()
     if differentiate:
       b.switches.zero_()
+      b.kinks.zero_()
     wp.launch(init_state, dim=self.scene.nworld, device=self.scene.device, inputs=list(call.state0),
               outputs=[b.qpos, b.qvel, b.act, b.warm])
 
@@ -627,13 +636,13 @@ class Rollout:
       call.stepper.step(call.traj, call.ctrl, b.warm, k, qacc=b.qacc, jac=b.jac, sjac=b.sjac)
       return
     call.stepper.step(call.traj, call.ctrl, b.warm, k, h_param=self.layout.h, jac=b.jac, sjac=b.sjac,
-                      switches=b.switches)
+                      switches=b.switches, kinks=b.kinks)
 
   def _epilogue(self, call: _Call) -> None:
     b = call.b
     extra = dict(qacc=b.qacc) if call.analytic else {}  # the final state's acceleration (its sensors)
     call.stepper.sense(call.traj, call.ctrl, b.warm, self.nstep, h_param=self.layout.h, jac=b.jac,
-                       sjac=b.sjac, switches=b.switches, **extra)
+                       sjac=b.sjac, switches=b.switches, kinks=b.kinks, **extra)
 
   def _backward(self, traj: Trajectory, b: _Buffers, qpos0, qvel0, act0, analytic: bool = False) -> None:
     scene, fd = self.scene, self.fd
@@ -704,21 +713,32 @@ def check_finite(traj: Trajectory) -> None:
 
 def check_switches(ro: "Rollout") -> int:
   """The gradient's self-check: warns (`GradientWarning`) when a step Jacobian column of the last
-  differentiable call of `ro` could not avoid a constraint switch (`Rollout.switches`), naming the
-  first world and step; returns the number of such columns. Costs one host read of
-  `(nworld, nstep + 1)` ints; `rollout(check=True)` and `Rollout(check=True)` call it."""
+  differentiable call of `ro` could not avoid a constraint switch or actuator force clamp
+  (`Rollout.switches`), naming the first world and step and the first clamp (`Rollout.kinks`);
+  returns the number of such columns. Costs two host reads of `(nworld, nstep + 1)` ints;
+  `rollout(check=True)` and `Rollout(check=True)` call it."""
   import warnings
 
   counts = ro.switches().numpy()
   total = int(counts.sum())
   if total:
+    from .lane_solver import kink_name
+
     w, k = (int(i[0]) for i in np.nonzero(counts))
     rows = int(np.count_nonzero(counts))
+    kinks = ro.kinks().numpy()
+    kink = ""
+    if kinks.any():
+      kw, kk = (int(i[0]) for i in np.nonzero(kinks))
+      kink = (f"; the lanes straddle {kink_name(ro.scene.mjm, int(kinks[kw, kk]))} at step {kk} in world {kw} "
+              f"({np.count_nonzero(kinks)} world-step(s) at actuator force clamps; gradient='analytic' "
+              f"differentiates them where the model is covered)")
     warnings.warn(
       f"{total} finite-difference Jacobian column(s) in {rows} world-step(s), first world {w} at step {k}, crossed "
       f"a constraint switch on every lane (a contact or limit appearing, vanishing or changing regime within the "
-      f"step): the gradient through those steps is unreliable. Use central differences (central=True), a smaller "
-      f"qpos step (eps={{'qpos': ...}}), or a state further from the switch.", GradientWarning, stacklevel=3)
+      f"step, or an actuator force clamp engaging or letting go){kink}: the gradient through those steps is "
+      f"unreliable. Use central differences (central=True), a smaller qpos step (eps={{'qpos': ...}}), or a state "
+      f"further from the switch.", GradientWarning, stacklevel=3)
   return total
 
 

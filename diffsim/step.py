@@ -23,12 +23,13 @@ Constraint switches. Where a lane's step makes a contact or limit row appear or 
 force: a contact's damping acts at once) or change regime (a kink), a difference across it is not
 the derivative MuJoCo's own `mjd_transitionFD` gives at the nominal state: off by jump / step,
 orders of magnitude at contact onset. Each lane world's constraint rows are hashed (type and solver
-state, in order), and a column is formed from the lanes that kept the nominal hash: central, else
-one-sided. In a model with position constraints the qpos coordinates, whose steps move contacts and
-limits, get guard lanes: central differences add a pair at `GUARD` times the step (so a state
-between two switches still has a clean central difference), forward differences a step down. A
-column with no clean difference is counted per world and step (`switches`), the gradient's
-self-check (`rollout.check_switches`).
+state, in order), with the side of every actuation clamp (actuator forcerange, joint and tendon
+actuatorfrcrange: a kink), and a column is formed from the lanes that kept the nominal hash:
+central, else one-sided. In a model with position constraints the qpos coordinates, whose steps
+move contacts and limits, get guard lanes: central differences add a pair at `GUARD` times the step
+(so a state between two switches still has a clean central difference), forward differences a step
+down. A column with no clean difference is counted per world and step (`switches`, with the actuation kink
+its lanes straddle in `kinks`), the gradient's self-check (`rollout.check_switches`).
 
 Forward mode (`directions=m`): when only a few derivatives of the whole trajectory are needed
 (system identification: d(trajectory)/d(theta), a handful of parameters), forming `J` costs
@@ -54,6 +55,7 @@ import numpy as np
 import warp as wp
 
 from .joints import BALL, FREE, HINGE, SLIDE, load_quat, qpos_move, quat_integrate, quat_sub, store_quat
+from .lane_solver import actuation_side
 from .physics import Physics, skips_solver
 
 __all__ = ["FiniteDifferenceStep"]
@@ -179,39 +181,60 @@ def _realized_steps(x: float, eps: float, lo: float, hi: float) -> wp.vec2:
 @wp.kernel
 def _constraint_signature(
   # Model:
+  nworld: int,
+  dof_jntid: wp.array[int],
+  jnt_actfrclimited: wp.array[bool],
+  jnt_actfrcrange: wp.array2d[wp.vec2],
+  actuator_trntype: wp.array[int],
+  actuator_trnid: wp.array[wp.vec2i],
   actuator_forcelimited: wp.array[bool],
   actuator_forcerange: wp.array2d[wp.vec2],
+  tendon_actfrclimited: wp.array[bool],
+  tendon_actfrcrange: wp.array2d[wp.vec2],
   # Data in:
   nefc_in: wp.array[int],  # (nlane * nworld,)
   efc_type_in: wp.array2d[int],  # (nlane * nworld, njmax)
   efc_state_in: wp.array2d[int],  # (nlane * nworld, njmax)
   actuator_force_in: wp.array2d[float],  # (nlane * nworld, nu)
+  qfrc_actuator_in: wp.array2d[float],  # (nlane * nworld, nv)
   # Out:
   signature_out: wp.array[int],  # (nlane * nworld,)
+  kink_out: wp.array[int],  # (nlane * nworld,) 1 + the first actuation kink on another side than nominal, or 0
 ):
   """A hash of each lane world's regimes: its constraint rows (type and solver state, in order) and
-  which force-limited actuators saturate. The lanes of a world share it unless a row appeared,
-  vanished or changed regime (a contact began to slide or to separate) or a servo saturated or
-  let go inside the finite-difference step."""
+  the side of each actuation clamp (`lane_solver.actuation_side`). The lanes of a world share it
+  unless a row appeared, vanished or changed regime (a contact began to slide or to separate) or an
+  actuator's, joint's or tendon's force saturated or let go inside the finite-difference step.
+  Control clamps (ctrlrange) are not hashed: the lanes step controls inside them (`_lanes_in`,
+  `_realized_steps`)."""
   lw = wp.tid()
+  w = lw % nworld
   n = wp.min(nefc_in[lw], efc_state_in.shape[1])
   p = wp.int64(2147483647)
   h = wp.int64(n)
   for i in range(n):
     h = (h * wp.int64(31) + wp.int64(efc_type_in[lw, i] * 8 + efc_state_in[lw, i] + 1)) % p
-  for i in range(actuator_force_in.shape[1]):
-    if actuator_forcelimited[i]:
-      r = actuator_forcerange[lw % actuator_forcerange.shape[0], i]
-      f = actuator_force_in[lw, i]
-      h = (h * wp.int64(31) + wp.where(f <= r[0], wp.int64(1), wp.where(f >= r[1], wp.int64(2), wp.int64(3)))) % p
+  kink = int(0)
+  for i in range(actuator_force_in.shape[1] + qfrc_actuator_in.shape[1] + tendon_actfrclimited.shape[0]):
+    side = actuation_side(i, lw, dof_jntid, jnt_actfrclimited, jnt_actfrcrange, actuator_trntype, actuator_trnid,
+                           actuator_forcelimited, actuator_forcerange, tendon_actfrclimited, tendon_actfrcrange,
+                           actuator_force_in, qfrc_actuator_in)
+    if side != 0:
+      h = (h * wp.int64(31) + wp.int64(side)) % p
+      if kink == 0 and side != actuation_side(i, w, dof_jntid, jnt_actfrclimited, jnt_actfrcrange, actuator_trntype,
+                                               actuator_trnid, actuator_forcelimited, actuator_forcerange,
+                                               tendon_actfrclimited, tendon_actfrcrange, actuator_force_in,
+                                               qfrc_actuator_in):
+        kink = 1 + i
   signature_out[lw] = int(h)
+  kink_out[lw] = kink
 
 
 @wp.func
 def _pick_lanes(
   w: int, lanes: wp.vec4i, h: wp.vec4,
-  signature: wp.array[int],
-  switches_out: wp.array2d[int], row: int,
+  signature: wp.array[int], kink: wp.array[int],
+  switches_out: wp.array2d[int], kinks_out: wp.array2d[int], row: int,
 ):
   """Lanes and inverse step of one column: `(lane, lane subtracted, 1 / step)`.
 
@@ -222,7 +245,8 @@ def _pick_lanes(
   onset: jump / step) or a kink (the two slopes' average). The first difference whose lanes kept
   the nominal rows is taken: central, central at the guard step, one-sided at the guard step,
   one-sided. Where none did, the column is counted in `switches_out[w, row]` (the gradient's
-  self-check) and differenced as if all had.
+  self-check), the largest actuation kink its lanes straddle (`_constraint_signature`'s `kink`)
+  kept in `kinks_out[w, row]`, and it is differenced as if all had.
   """
   n0 = signature[w]
   ok = wp.vec4i(0)
@@ -257,6 +281,9 @@ def _pick_lanes(
       d = h[1]
     else:
       wp.atomic_add(switches_out, w, row, 1)
+      for i in range(4):
+        if lanes[i] >= 0:
+          wp.atomic_max(kinks_out, w, row, kink[lanes[i]])
   return lp, lm, wp.where(d != 0.0, 1.0 / d, 0.0)
 
 
@@ -291,10 +318,12 @@ def _lanes_out(
   act: wp.array2d[float],
   sensordata: wp.array2d[float],
   signature: wp.array[int],  # (nlane * nworld,) `_constraint_signature` of each lane's step
+  kink: wp.array[int],  # (nlane * nworld,) and the actuation kink it straddles
   # Out:
   jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz)
   sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
   switches_out: wp.array2d[int],  # (nworld, nstep + 1) columns whose lanes all switched constraint set
+  kinks_out: wp.array2d[int],  # (nworld, nstep + 1) 1 + an actuation kink they straddle (`actuation_side`)
 ):
   step = step0 + step_count[0]
   ctrl_step = ctrl_step0 + step_count[0]
@@ -338,7 +367,8 @@ def _lanes_out(
   for i in range(4):
     if lanes[i] >= 0:
       lane_world[i] = lanes[i] * nworld + w
-  lp, lm, inv = _pick_lanes(w, lane_world, wp.vec4(hpm[0], hpm[1], gpm[0], gpm[1]), signature, switches_out, step)
+  lp, lm, inv = _pick_lanes(w, lane_world, wp.vec4(hpm[0], hpm[1], gpm[0], gpm[1]), signature, kink, switches_out,
+                          kinks_out, step)
 
   for s in range(ns):
     sjac_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
@@ -455,17 +485,19 @@ def _tangent_lanes_out(
   act: wp.array2d[float],
   sensordata: wp.array2d[float],
   signature: wp.array[int],  # (nlane * nworld,) `_constraint_signature` of each lane's step
+  kink: wp.array[int],  # (nlane * nworld,) and the actuation kink it straddles
   # Out:
   dx_out: wp.array4d[float],  # (nworld, nstep + 1, nx, ndir) row `step + 1` written
   ds_out: wp.array4d[float],  # (nworld, nstep + 1, ns, ndir) row `step` written
   switches_out: wp.array2d[int],  # (nworld, nstep + 1) directions whose lanes all switched constraint set
+  kinks_out: wp.array2d[int],  # (nworld, nstep + 1) 1 + an actuation kink they straddle
 ):
   step = step0 + step_count[0]
   w, c = wp.tid()
   plus = (1 + c * wp.where(central != 0, 2, 1)) * nworld + w
   lanes = wp.vec4i(plus, wp.where(central != 0, plus + nworld, -1), -1, -1)
   h = h_dir[w, c]
-  lp, lm, inv = _pick_lanes(w, lanes, wp.vec4(h, h, 0.0, 0.0), signature, switches_out, step)
+  lp, lm, inv = _pick_lanes(w, lanes, wp.vec4(h, h, 0.0, 0.0), signature, kink, switches_out, kinks_out, step)
   for s in range(sensordata.shape[1]):
     ds_out[w, step, s, c] = (sensordata[lp, s] - sensordata[lm, s]) * inv
   if with_state == 0:
@@ -634,6 +666,7 @@ class FiniteDifferenceStep:
     self.count = wp.zeros(1, dtype=int, device=dev)
     self.h_dir = wp.zeros((scene.nworld, max(self.ndir, 1)), dtype=float, device=dev)
     self.signature = wp.zeros(self.nlane * scene.nworld, dtype=int, device=dev)
+    self.kink = wp.zeros(self.nlane * scene.nworld, dtype=int, device=dev)
 
   @property
   def data(self):
@@ -697,18 +730,21 @@ class FiniteDifferenceStep:
               self.eps_z, step, ctrl_step, self.count, traj.qpos, traj.qvel, traj.act, ctrl, warm],
       outputs=[d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart])
 
-  def _lanes_out(self, traj, ctrl, h_param, jac, sjac, switches, step: int, ctrl_step: int,
+  def _lanes_out(self, traj, ctrl, h_param, jac, sjac, switches, kinks, step: int, ctrl_step: int,
                  with_state: bool) -> None:
-    s, d = self.scene, self.data
+    s, d, m = self.scene, self.data, self.scene.model
     wp.launch(_constraint_signature, dim=self.nlane * s.nworld, device=s.device,
-              inputs=[s.model.actuator_forcelimited, s.model.actuator_forcerange, d.nefc, d.efc.type, d.efc.state,
-                      d.actuator_force], outputs=[self.signature])
+              inputs=[s.nworld, m.dof_jntid, m.jnt_actfrclimited, m.jnt_actfrcrange, m.actuator_trntype,
+                      m.actuator_trnid, m.actuator_forcelimited, m.actuator_forcerange, m.tendon_actfrclimited,
+                      m.tendon_actfrcrange,
+                      d.nefc, d.efc.type, d.efc.state, d.actuator_force, d.qfrc_actuator],
+              outputs=[self.signature, self.kink])
     if self.ndir:
       wp.launch(
         _tangent_lanes_out, dim=(s.nworld, self.ndir), device=s.device,
         inputs=[s.nworld, s.mjm.njnt, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, int(self.central), step, self.count,
-                int(with_state), self.h_dir, d.qpos, d.qvel, d.act, d.sensordata, self.signature],
-        outputs=[jac, sjac, switches])
+                int(with_state), self.h_dir, d.qpos, d.qvel, d.act, d.sensordata, self.signature, self.kink],
+        outputs=[jac, sjac, switches, kinks])
       return
     wp.launch(
       _lanes_out, dim=(s.nworld, self.nz), device=s.device,
@@ -716,13 +752,15 @@ class FiniteDifferenceStep:
               int(self.central),
               self.eps_z, self.coord_lanes, GUARD, step, ctrl_step, self.count, int(with_state), traj.qpos, traj.qvel,
               traj.act, ctrl, h_param,
-              d.qpos, d.qvel, d.act, d.sensordata, self.signature],
-      outputs=[jac, sjac, switches])
+              d.qpos, d.qvel, d.act, d.sensordata, self.signature, self.kink],
+      outputs=[jac, sjac, switches, kinks])
 
-  def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
+  def step(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None,
+           kinks=None) -> None:
     """Steps state `k` of `traj` with `ctrl[:, k]`: writes state `k + 1`, sensordata `k` and
     (when differentiable) `jac[:, k]`, `sjac[:, k]` and adds the columns that crossed a constraint
-    switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller); in forward
+    switch on every lane to `switches[:, k]` (`(nworld, nstep + 1)` int, zeroed by the caller), 1 + the
+    actuation kink they straddle to `kinks[:, k]` (same shape, `lane_solver.kink_name`); in forward
     mode `jac` and `sjac` are the tangents `(nworld, nstep + 1, nx, ndir)`, `(nworld, nstep + 1, ns, ndir)`: reads `jac[:, k]`,
     writes `jac[:, k + 1]` and `sjac[:, k]`."""
     s, d = self.scene, self.data
@@ -731,9 +769,10 @@ class FiniteDifferenceStep:
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 1, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
-      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, k, k, True)
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, kinks, k, k, True)
 
-  def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None) -> None:
+  def sense(self, traj, ctrl, warm, k: int, *, h_param=None, jac=None, sjac=None, switches=None,
+            kinks=None) -> None:
     """Sensors at the final state `k` (control held at `ctrl[:, k - 1]`): sensordata `k`, `sjac[:, k]`."""
     s, d = self.scene, self.data
     self._lanes_in(traj, ctrl, warm, k, k - 1, h_param, jac)
@@ -741,4 +780,5 @@ class FiniteDifferenceStep:
     wp.launch(_store_nominal, dim=s.nworld, device=s.device, inputs=[k, self.count, 0, d.qpos, d.qvel, d.act,
               d.qacc_warmstart, d.sensordata], outputs=[traj.qpos, traj.qvel, traj.act, traj.sensordata, warm])
     if self.differentiable:
-      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, k, k - 1, False)
+      self._lanes_out(traj, ctrl, h_param, jac, sjac, switches, kinks, k, k - 1, False)
+

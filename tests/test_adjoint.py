@@ -331,10 +331,11 @@ ACTFRC_ARM = """<mujoco model="actfrc_arm">
 def test_joint_actuator_force_limits():
   """Joints' `actuatorfrcrange`: the summed actuator force clamped per dof, and implicitfast's velocity
   gain dropped while the joint is clamped (MJWarp's `_jnt_actfrc_clamped`); the horizon crosses
-  in and out of both ranges. Measured: analytic 3.8e-7 (ctrl), 3.4e-7 (qvel0); the lanes 0.74 and
-  7.1e-4: at two steps the shoulder's force sits within the lanes' control step of its limit, and
-  their central difference straddles the clamp's kink (their self-check flags constraint switches,
-  not actuator clamps)."""
+  in and out of both ranges. Measured: analytic 3.8e-7 (ctrl), 3.4e-7 (qvel0); the lanes 1.5e-4 and
+  7.1e-4. At two steps the shoulder's force sits within the lanes' control step of its limit: the
+  lanes' signature now holds each clamp's side, so the column takes the side that keeps the nominal
+  one (0.74 off before, straddling the kink); forward differences, with no other side, are flagged
+  by name (`tests/test_lane_kinks.py`)."""
   scene = diffsim.Scene.from_xml(ACTFRC_ARM, nworld=2, device=DEVICE)
   assert analytic_coverage(scene.mjm) is None
   rng = np.random.default_rng(3)
@@ -394,8 +395,8 @@ IMU = """<mujoco model="imu">
 def test_imu_and_joint_sensors():
   """Gyro and velocimeter (the site's angular and linear velocity in its own frame), ballquat,
   ballangvel and jointactuatorfrc in the checked functional. Measured: analytic 1.3e-6 (ctrl), 9.7e-7
-  (qpos0), 7.1e-7 (qvel0); the lanes 8.0e-2, 1.1e-2, 1.0e-3 (the clamp's kink again, as in
-  `test_joint_actuator_force_limits`)."""
+  (qpos0), 7.1e-7 (qvel0); the lanes 4.1e-3, 1.1e-2, 1.0e-3 (ctrl 8.0e-2 while they straddled the
+  hinge's clamp, before their signature held its side; see `test_joint_actuator_force_limits`)."""
   scene = diffsim.Scene.from_xml(IMU, nworld=2, device=DEVICE)
   assert analytic_coverage(scene.mjm) is None, analytic_coverage(scene.mjm)
   rng = np.random.default_rng(4)
