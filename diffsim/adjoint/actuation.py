@@ -1,6 +1,7 @@
 """Actuation, replayed differentiably: activation dynamics, gains and biases through joint, tendon and
 site transmissions (`qfrc_actuator`, `actuator_force`, the next activation), the joints' actuator
-force limits (`actuatorfrcrange`: the summed force clamped per dof), and the joint actuators' velocity
+force limits (`actuatorfrcrange`: the summed force clamped per dof), the tendons' (each actuator of a
+tendon whose summed force leaves the range scaled by bound / sum, as MJWarp 4.0 does), and the joint actuators' velocity
 gains that implicitfast integrates implicitly (their part of `B`, dropped while their force or their
 joint's is clamped; `coverage.py` refuses velocity gains on tendon and site actuators there).
 """
@@ -17,6 +18,7 @@ from .coverage import _BIAS_AFFINE, _DYN_FILTER, _DYN_FILTEREXACT, _DYN_NONE, _G
 from .spatial import _MINVAL
 
 _TRN_JOINT, _TRN_JOINTINPARENT = int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)
+_TRN_TENDON = int(mujoco.mjtTrn.mjTRN_TENDON)
 
 
 @wp.kernel
@@ -43,6 +45,7 @@ def _actuation(
   actuator_gainprm: wp.array2d[vec10],
   actuator_biasprm: wp.array2d[vec10],
   clampctrl: int,
+  tendon_clamp: int,  # 1: tendon actuators' forces raw, clamped and applied by `_tendon_actuator_limits`
   # In:
   qpos: wp.array2d[float],
   qvel: wp.array2d[float],
@@ -109,6 +112,9 @@ def _actuation(
   if actuator_biastype[u] == _BIAS_AFFINE:
     bias = biasprm[0] + biasprm[1] * length + biasprm[2] * velocity
   force = gain * inp + bias
+  if tendon_clamp != 0 and actuator_trntype[u] == _TRN_TENDON:
+    force_out[w, u] = force
+    return
   if actuator_forcelimited[u]:
     r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
     force = wp.clamp(force, r[0], r[1])
@@ -232,6 +238,78 @@ def _joint_actuator_limits(
     r = jnt_actfrcrange[w % jnt_actfrcrange.shape[0], j]
     f = wp.clamp(f, r[0], r[1])
   qfrc_out[w, i] = f
+
+
+@wp.kernel
+def _tendon_actuator_sum(
+  # Model:
+  actuator_trntype: wp.array[int],
+  actuator_trnid: wp.array[wp.vec2i],
+  # In:
+  force_raw: wp.array2d[float],  # (nworld, nu) `_actuation`'s forces, tendon actuators unclamped
+  # Out:
+  ten_force_out: wp.array2d[float],  # (nworld, ntendon) zeroed: each tendon's summed actuator force
+):
+  """The tendons' total actuator force (MJWarp's `_tendon_actuator_force`)."""
+  w, u = wp.tid()
+  if actuator_trntype[u] == _TRN_TENDON:
+    wp.atomic_add(ten_force_out, w, actuator_trnid[u][0], force_raw[w, u])
+
+
+@wp.kernel
+def _tendon_actuator_limits(
+  # Model:
+  actuator_trntype: wp.array[int],
+  actuator_trnid: wp.array[wp.vec2i],
+  actuator_forcelimited: wp.array[bool],
+  actuator_forcerange: wp.array2d[wp.vec2],
+  tendon_actfrclimited: wp.array[bool],
+  tendon_actfrcrange: wp.array2d[wp.vec2],
+  # In:
+  force_raw: wp.array2d[float],  # (nworld, nu)
+  ten_force: wp.array2d[float],  # (nworld, ntendon) `_tendon_actuator_sum`
+  trn_moment: wp.array3d[float],  # (nworld, nu, nv)
+  # Out:
+  force_out: wp.array2d[float],  # (nworld, nu) actuator forces
+  qfrc_out: wp.array2d[float],  # (nworld, nv) the tendon actuators' part added
+):
+  """Tendons' actuator force limits (`actuatorfrcrange`, MJWarp's `_tendon_actuator_force_clamp`):
+  each actuator of a tendon whose total lies outside the range scaled by bound / total, then its own
+  forcerange, then applied through its moment."""
+  w, u = wp.tid()
+  force = force_raw[w, u]
+  if actuator_trntype[u] != _TRN_TENDON:
+    force_out[w, u] = force
+    return
+  t = actuator_trnid[u][0]
+  if tendon_actfrclimited[t]:
+    total = ten_force[w, t]
+    r = tendon_actfrcrange[w % tendon_actfrcrange.shape[0], t]
+    if total != 0.0:
+      if total < r[0]:
+        force = force * r[0] / total
+      elif total > r[1]:
+        force = force * r[1] / total
+  if actuator_forcelimited[u]:
+    r = actuator_forcerange[w % actuator_forcerange.shape[0], u]
+    force = wp.clamp(force, r[0], r[1])
+  force_out[w, u] = force
+  for i in range(qfrc_out.shape[1]):
+    wp.atomic_add(qfrc_out, w, i, trn_moment[w, u, i] * force)
+
+
+def record_tendon_actuator_limits(P, mjm: mujoco.MjModel, m, arr, accumulated, *, force_raw, trn_moment,
+                                  actuator_force, qfrc) -> None:
+  """Records (segment "state") the tendons' actuator force limits after `_actuation` ran with
+  `tendon_clamp=1` into `force_raw`: the final `actuator_force` and the tendon actuators' `qfrc`."""
+  n = force_raw.shape[0]
+  ten_force = arr((n, mjm.ntendon))
+  accumulated.append(ten_force)
+  P.launch("state", _tendon_actuator_sum, (n, mjm.nu), [m.actuator_trntype, m.actuator_trnid, force_raw],
+           [ten_force])
+  P.launch("state", _tendon_actuator_limits, (n, mjm.nu),
+           [m.actuator_trntype, m.actuator_trnid, m.actuator_forcelimited, m.actuator_forcerange,
+            m.tendon_actfrclimited, m.tendon_actfrcrange, force_raw, ten_force, trn_moment], [actuator_force, qfrc])
 
 
 @wp.kernel

@@ -165,8 +165,9 @@ def analytic_coverage(mjm: mujoco.MjModel, fields=()) -> str | None:
 def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
   """Fixed tendons and spatial tendons through sites and pulleys and around spheres and cylinders
   (side sites outside or inside the geom), with springs, dampers (implicitfast's too, but not on a
-  free body), limits, friction, armature (MuJoCo refuses it on a wrapping tendon) and actuators; not
-  polynomial springs and dampers, plasticity, nor actuator force limits."""
+  free body), limits, friction, armature (MuJoCo refuses it on a wrapping tendon), actuators and their
+  force limits (actuatorfrcrange; not with implicitfast velocity gains); not polynomial springs and
+  dampers nor plasticity."""
   for t in range(mjm.ntendon):
     name = f"tendon {_name(mjm, mujoco.mjtObj.mjOBJ_TENDON, t)}"
     wraps = mjm.wrap_type[mjm.tendon_adr[t]:mjm.tendon_adr[t] + mjm.tendon_num[t]]
@@ -176,9 +177,13 @@ def _tendons_uncovered(mjm: mujoco.MjModel) -> str | None:
       return f"{name}'s polynomial stiffness or damping"
     if mjm.tendon_plasticadr[t] >= 0:
       return f"{name}'s plasticity"
-    if mjm.tendon_actfrclimited[t]:
-      return f"{name}'s actuator force limits (actuatorfrcrange)"
     implicitfast = mjm.opt.integrator == mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    if mjm.tendon_actfrclimited[t] and implicitfast and any(
+        mjm.actuator_trntype[u] == _TRN_TENDON and mjm.actuator_trnid[u, 0] == t and
+        ((mjm.actuator_gaintype[u] == _GAIN_AFFINE and mjm.actuator_gainprm[u, 2]) or
+         (mjm.actuator_biastype[u] == _BIAS_AFFINE and mjm.actuator_biasprm[u, 2])) for u in range(mjm.nu)):
+      return (f"{name}'s actuator force limits (actuatorfrcrange) with implicitfast and a velocity gain on its "
+              "actuators (dropped while the tendon is clamped)")
     damped = mjm.tendon_damping[t] and not mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_DAMPER
     if implicitfast and (damped or mjm.tendon_armature[t]) and _moves_free_body(mjm, t):
       what = "damping" if damped else "armature"

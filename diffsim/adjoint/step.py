@@ -15,6 +15,7 @@ from ..joints import BALL, FREE, HINGE, SLIDE
 from ..mjmodel import can_make_contacts
 from ..params import flat_rows, model_field
 from .actuation import _actuation, _actuator_velocity_diag, _joint_actuator_limits, _transmission_velocity_gain, \
+  record_tendon_actuator_limits, \
   transmission_velocity_gains
 from .ball_limits import record_ball_limits
 from .constraints import record_rows
@@ -406,6 +407,9 @@ class AnalyticStep:
     qfrc_act_raw = arr((n, nv)) if jnt_limited else qfrc_actuator
     if jnt_limited:
       accumulated.append(qfrc_act_raw)
+    # tendons' actuatorfrcrange: their actuators' raw forces summed and scaled into it
+    ten_limited = actuating and mjm.ntendon and bool(mjm.tendon_actfrclimited.any())
+    force_raw = arr((n, max(nu, 1))) if ten_limited else actuator_force
     if actuating:
       P.launch("state", _actuation, (n, nu),
                [h, m.jnt_type, m.jnt_qposadr, m.jnt_dofadr, m.actuator_trntype, m.actuator_trnid, m.actuator_dyntype,
@@ -413,8 +417,11 @@ class AnalyticStep:
                 m.actuator_biastype, m.actuator_actadr, m.actuator_ctrllimited, m.actuator_forcelimited,
                 m.actuator_actlimited, m.actuator_ctrlrange, m.actuator_forcerange, m.actuator_actrange,
                 m.actuator_gear, m.actuator_dynprm, m.actuator_gainprm, m.actuator_biasprm,
-                0 if off & dsbl.mjDSBL_CLAMPCTRL else 1, self.qpos, self.qvel, self.act, self.ctrl, *trn],
-               [qfrc_act_raw, actuator_force, self.act_next])
+                0 if off & dsbl.mjDSBL_CLAMPCTRL else 1, int(ten_limited), self.qpos, self.qvel, self.act, self.ctrl,
+                *trn], [qfrc_act_raw, force_raw, self.act_next])
+    if ten_limited:
+      record_tendon_actuator_limits(P, mjm, m, arr, accumulated, force_raw=force_raw, trn_moment=trn[2],
+                                    actuator_force=actuator_force, qfrc=qfrc_act_raw)
     if jnt_limited:
       P.launch("state", _joint_actuator_limits, (n, nv), [m.dof_jntid, m.jnt_actfrclimited, m.jnt_actfrcrange,
                                                           qfrc_act_raw], [qfrc_actuator])
