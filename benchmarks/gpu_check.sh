@@ -5,11 +5,12 @@
 # cuda0.{json,md} (the determinism section) and gpu_*.txt (the last lines of each step's log; the
 # whole log in gpu_*.log).
 #
-# Time budget: 9 minutes (515 s). Every step has a timeout (s), plus 5 s for one that ignores SIGTERM:
+# Time budget: under 10 minutes (560 s). Every step has a timeout (s), plus 5 s for one that ignores SIGTERM:
 #   install diffsim[dev] 80 | torch 25 | jax + mjx 15 | mujoco[sysid] 10 | CUDA check 10 |
-#   GPU tests 60 | reach (tutorial 03, issue 3's bar) 60 | rollout, cart-pole + SO-101 45 | humanoid 20 |
-#   analytic adjoint 30 | determinism 30 | mjx 25 | trajopt 20 | sysid 15
-#   = 445 s + 14 x 5 s = 515 s at most; a step that times out loses only its own unfinished rows.
+#   GPU tests 60 | reach (tutorial 03, issue 3's bar) 45 | rollout, cart-pole + SO-101 40 | humanoid 20 |
+#   analytic adjoint 30 | adjoint with contacts 25 | analytic Jacobians 20 | render 15 | determinism 20 |
+#   mjx 25 | trajopt 20 | sysid 15
+#   = 475 s + 17 x 5 s = 560 s at most; a step that times out loses only its own unfinished rows.
 # Kernel compilation (the first use of each model on the GPU, cached in ~/.cache/warp for the later
 # steps) counts inside these; with a warm cache the benchmarks get further.
 #
@@ -52,13 +53,17 @@ if [ "$SMOKE" = 1 ]; then
   DEV=cpu
   PY=${PYTHON:-$(command -v python3 || command -v python)}
   SIZES=(1 2); NSTEP=(--nstep 3); HNSTEP=(--nstep 3); DET=(--sizes 2 --nstep 3); MJX=(--sizes 1 --nstep 3 --repeats 1)
-  ADJ=(--models cartpole --sizes 2 --nstep 3 --repeats 1)
+  ADJ=(--models cartpole --sizes 2 --nstep 3 --repeats 1); ADJC=(--models cartpole --sizes 2 --nstep 3 --repeats 1)
+  LIN=(--models cartpole --nworld 2 --nstep 2 --repeats 1); RENDER=(--sizes 1 --resolutions 16x12 --nframe 2 --repeats 1)
   REACH=(--nworld 2 --duration 0.02 --timestep 0.01 --iters 1); TRAJOPT=(--quick --problems cartpole)
   SYSID=(--quick); TESTS=(--collect-only)
 else
   DEV=cuda:0
   SIZES=(1 64 1024 2048); NSTEP=(--nstep 50); HNSTEP=(--nstep 20); DET=(--sizes 1024 --nstep 50); MJX=(--sizes 1 1024 --nstep 100)
   ADJ=(--models cartpole humanoid_no_contacts --sizes 1 1024 2048 --nstep 50 --lane-max-worlds 100000)
+  ADJC=(--models humanoid_contacts --sizes 64 1024 --nstep 20 --repeats 2 --lane-max-worlds 100000)
+  LIN=(--models cartpole so101 humanoid --nworld 1024 --nstep 10 --repeats 2)
+  RENDER=(--models cartpole so101 --sizes 64 1024 --repeats 2)
   REACH=(); TRAJOPT=(); SYSID=(--repeats 1); TESTS=()
   # PEP 668: the system pip refuses installs, and bare `python` may not exist
   if [ ! -x "$VENV/bin/python" ]; then
@@ -92,16 +97,21 @@ DIFFSIM_TEST_DEVICE=$DEV step 60 tests "$PY" -m pytest -q -p no:cacheprovider "$
 
 # issue 3's bar at full size, right after the tests: 2,048 SO-101 worlds reach their targets (>= 95%
 # within 1 cm; the tutorial's last line says how many)
-step 60 reach "$PY" tutorials/03_so101_reach.py --device "$DEV" "${REACH[@]}" --out "$OUT" || true
+step 45 reach "$PY" tutorials/03_so101_reach.py --device "$DEV" "${REACH[@]}" --out "$OUT" || true
 
 # the benchmarks, each in its own process
-step 45 rollout "$PY" -m benchmarks.bench_rollout --device "$DEV" --models cartpole so101 \
+step 40 rollout "$PY" -m benchmarks.bench_rollout --device "$DEV" --models cartpole so101 \
   --sizes "${SIZES[@]}" "${NSTEP[@]}" --out "$OUT" || true
 step 20 humanoid "$PY" -m benchmarks.bench_rollout --device "$DEV" --models humanoid --sizes "${SIZES[@]}" \
   "${HNSTEP[@]}" --out "$OUT/humanoid" || true
 # the analytic adjoint's gradient / forward beside the lanes (the lanes' worlds run in parallel on a GPU)
 step 30 adjoint "$PY" -m benchmarks.bench_adjoint --device "$DEV" "${ADJ[@]}" --out "$OUT" || true
-step 30 determinism "$PY" -m benchmarks.run --device "$DEV" "${DET[@]}" --sections determinism --out "$OUT" || true
+# the contact rows of the adjoint (a separate results folder: bench_adjoint rewrites its JSON), the
+# analytic step Jacobians beside the lanes (iLQR's and sysid's linearization), the batched renderer
+step 25 adjoint_contacts "$PY" -m benchmarks.bench_adjoint --device "$DEV" "${ADJC[@]}" --out "$OUT/contacts" || true
+step 20 linearize "$PY" -m benchmarks.bench_linearize --device "$DEV" "${LIN[@]}" --out "$OUT" || true
+step 15 render "$PY" -m benchmarks.bench_render --device "$DEV" "${RENDER[@]}" --out "$OUT" || true
+step 20 determinism "$PY" -m benchmarks.run --device "$DEV" "${DET[@]}" --sections determinism --out "$OUT" || true
 step 25 mjx "$PY" -m benchmarks.bench_mjx --device "$DEV" "${MJX[@]}" --out "$OUT" || true
 # time to a cost threshold per solver, host traffic per iteration; sysid vs mujoco.sysid
 step 20 trajopt "$PY" -m benchmarks.bench_trajopt --device "$DEV" "${TRAJOPT[@]}" --out "$OUT" || true

@@ -24,7 +24,8 @@ dense solves per step,
 
 give every upstream adjoint as the reverse pass of the replayed kernels seeded `-mu` on
 `tau_ID(a_e) + h B a_e`, `-lambda` on `tau_ID(a)` and `mu + lambda` on `f`. The solver's iterations
-are never replayed; without constraint rows `lambda = 0`. The integrator's vector-Jacobian product
+are never replayed; without constraint rows `lambda = 0`. Acceleration-stage sensors (accelerometer,
+touch, force, torque) read `a` itself: their adjoint of `a` joins the second right-hand side. The integrator's vector-Jacobian product
 is written by hand (the quaternion exponential's right Jacobian for ball and free joints).
 
 The replayed forward values equal MJWarp's to float32 rounding (`tests/test_adjoint.py`). Coverage
