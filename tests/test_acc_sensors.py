@@ -105,7 +105,9 @@ def test_replayed_values_match_mjwarp(imu_acc):
 @pytest.mark.parametrize("wrt", [("ctrl",), ("qpos0", "qvel0")])
 def test_acc_sensor_gradients(imu_acc, wrt):
   """Accelerometers (on the free box and the arm), touch (the box's normal force) and the elbow's
-  force and torque in the checked functional, against float64 MuJoCo C."""
+  force and torque in the checked functional, against float64 MuJoCo C. Measured: analytic 4.9e-7
+  (ctrl), 2.3e-5 (qpos0), 4.4e-5 (qvel0); the lanes 1.3e-4, 2.4e-3, 9.8e-3 (their differences cross
+  contact rows' switches, and say so). Each sensor alone: 3e-7 .. 3.3e-5."""
   ctrl, qpos0, qvel0 = _inputs(imu_acc.mjm)
   res = check_gradients(imu_acc, ctrl, qpos0=qpos0, qvel0=qvel0, wrt=wrt, signals=("sensordata",),
                         gradient="analytic")
