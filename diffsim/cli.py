@@ -11,6 +11,7 @@ Each command is a `_add_<name>(subparsers)` function that registers its parser a
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import warnings
@@ -184,6 +185,8 @@ def _run_sysid(args) -> int:
     except (ValueError, OSError, ImportError) as e:
       print(f"diffsim sysid: error: {e}", file=sys.stderr)
       return 2
+  if not args.no_plots:
+    _prefetch_matplotlib()
   caught: list = []
   try:
     with warnings.catch_warnings(record=True) as caught:
@@ -215,7 +218,7 @@ def _run_sysid(args) -> int:
         options=None if args.lr is None else {"lr": args.lr}, shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample,
         max_steps_per_sample=limit, fit_qpos0=args.fit_qpos0, device=args.device,
-        out=args.out, plots=not args.no_plots, progress=not args.quiet, workers=args.workers, address=args.address)
+        out=args.out, plots=False, progress=not args.quiet, workers=args.workers, address=args.address)
   except (_data.DataError, ValueError, KeyError, TypeError, FileNotFoundError, IndexError,
           NotImplementedError, FloatingPointError, ImportError, ConnectionError) as e:
     msg = e.args[0] if isinstance(e, KeyError) and e.args else e
@@ -234,16 +237,55 @@ def _run_sysid(args) -> int:
     print(res.summary(), flush=True)
     print(f"diffsim sysid: error: the solve finished (above) but writing {args.out} failed: {res.save_error}",
           file=sys.stderr)
+    if res.save_error.startswith("model.xml not written"):  # params.json is there: its plots still help
+      _write_plots(args, res)
     return 3
   wrote = os.path.join(args.out, "params.json")
   if args.video and res.signals is None:
     print("warning: no video: the solve kept no recordings to replay", file=sys.stderr)
   elif args.video:
     wrote += ", " + _replay_video(args, res)
-  print(res.summary() + f"; wrote {wrote}")
+  # the answer first: the plots (about a second of matplotlib for a small problem) come after it
+  print(res.summary() + f"; wrote {wrote}", flush=True)
+  if _write_plots(args, res):
+    return 3
   if not res.success:  # why, and what to try (the summary says only that it did not converge)
     print(f"diffsim sysid: {res.message.split('; warning: ')[0]}", file=sys.stderr)
   return 0 if res.success else 1
+
+
+def _prefetch_matplotlib() -> None:
+  """Imports matplotlib's figure, Agg canvas and tickers in a background thread, while the solve runs
+  (its graph replays release the GIL): about a quarter of a second the plots then do not wait for.
+  An import that fails here fails again, with its message, where the plots import it."""
+
+  def run():
+    try:
+      import matplotlib.backends.backend_agg  # noqa: F401
+      import matplotlib.figure  # noqa: F401
+      import matplotlib.ticker  # noqa: F401
+    except Exception:  # noqa: BLE001  (reported by the plots' own import)
+      pass
+
+  import threading
+
+  threading.Thread(target=run, name="diffsim-import-matplotlib", daemon=True).start()
+
+
+def _write_plots(args, res) -> bool:
+  """Draws OUTDIR's PNG plots (`diffsim.plot.sysid_plots`) unless `--no-plots`; True where that failed
+  (the error is printed)."""
+  if args.no_plots or res.signals is None:
+    return False
+  from . import plot
+
+  try:
+    plot.sysid_plots(res, args.out)
+  except (OSError, ValueError) as e:
+    print(f"diffsim sysid: error: the solve finished (above) but writing its plots to {args.out} failed: {e}",
+          file=sys.stderr)
+    return True
+  return False
 
 
 def _replay_video(args, res) -> str:
@@ -333,15 +375,34 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
+# Collector thresholds for a whole `diffsim` process: importing Warp and MJWarp and loading their
+# kernels make hundreds of thousands of long-lived objects, which the default (700, 10, 10) walks
+# again and again, about a third of a small sysid's wall time (bench_startup.py).
+_GC_THRESHOLD = (50_000, 20, 100)
+
+
 def main(argv=None) -> int:
   """Runs the command line; returns the exit code (0 success, 1 not converged, 2 bad input, 3 solved but
-  the results could not all be written)."""
-  parser = _parser()
-  args = parser.parse_args(argv)
-  if getattr(args, "func", None) is None:
-    parser.print_help()
-    return 0 if argv is not None or len(sys.argv) > 1 else 2
-  return args.func(args)
+  the results could not all be written).
+
+  `argv=None` means this process is the command (the console script, `python -m diffsim`): the
+  garbage collector then runs less often, and everything still alive at the end is frozen so the
+  interpreter's exit does not walk it once more. An explicit `argv` (tests, embedding) leaves the
+  collector as it is.
+  """
+  whole_process = argv is None
+  if whole_process:
+    gc.set_threshold(*_GC_THRESHOLD)
+  try:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+      parser.print_help()
+      return 0 if argv is not None or len(sys.argv) > 1 else 2
+    return args.func(args)
+  finally:
+    if whole_process:
+      gc.freeze()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mujoco
 
-__all__ = ["UnknownNameError", "name2id", "can_make_contacts"]
+__all__ = ["UnknownNameError", "name2id", "can_make_contacts", "can_make_constraint_rows"]
 
 
 class UnknownNameError(KeyError):
@@ -52,3 +52,16 @@ def can_make_contacts(mjm: mujoco.MjModel) -> bool:
   ct, ca, body = mjm.geom_contype, mjm.geom_conaffinity, mjm.geom_bodyid
   hit = ((ct[:, None] & ca[None, :]) | (ca[:, None] & ct[None, :])) != 0
   return bool((hit & (body[:, None] != body[None, :])).any())
+
+
+def can_make_constraint_rows(mjm: mujoco.MjModel) -> bool:
+  """Whether a step of `mjm` can have constraint rows: contacts (`can_make_contacts`), joint or tendon
+  limits, equalities or dry friction, unless their disable flags (or mjDSBL_CONSTRAINT) are set."""
+  off, dsbl = mjm.opt.disableflags, mujoco.mjtDisableBit
+  if off & dsbl.mjDSBL_CONSTRAINT:
+    return False
+  limits = mjm.jnt_limited.any() or (mjm.ntendon and mjm.tendon_limited.any())
+  friction = mjm.dof_frictionloss.any() or (mjm.ntendon and mjm.tendon_frictionloss.any())
+  return bool(can_make_contacts(mjm) or (limits and not off & dsbl.mjDSBL_LIMIT)
+              or (mjm.neq and not off & dsbl.mjDSBL_EQUALITY)
+              or (friction and not off & dsbl.mjDSBL_FRICTIONLOSS))

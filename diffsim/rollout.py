@@ -469,6 +469,12 @@ class Rollout:
     return self.buffers.jac, self.buffers.sjac
 
   @property
+  def nsweep(self) -> int:
+    """Reverse passes of the analytic step's replay that a linearized call runs per step
+    (`adjoint.AnalyticJacobian.nsweep`); 0 with the lanes' Jacobians."""
+    return 0 if self._linearizer is None else self._linearizer.nsweep
+
+  @property
   def nlane(self) -> int:
     """MJWarp worlds per world that a linearized call steps: 1 with the analytic step's Jacobians."""
     return 1 if self._linearizer is not None else self.fd.nlane

@@ -11,6 +11,7 @@ import pytest
 import diffsim
 from diffsim import data as D
 from diffsim import sysid as S
+from diffsim.sysid.lm import directional_first
 from diffsim.sysid.problem import Problem
 
 import models  # tests/models.py (shared with the core tests, so their compiled kernels are reused)
@@ -59,12 +60,39 @@ def test_lm_recovers_mass_and_damping(result):
   # of a float32 rollout drifting along time, is smaller)
   assert all(abs(result.x[k] - TRUE[k]) <= 3.0 * result.std[k] for k in TRUE), (result.x, result.std)
   assert all(0 < result.std_data[k] <= result.std[k] for k in TRUE)
-  # "auto" on a covered model: the analytic step's Jacobians propagated forward, one MJWarp world per
-  # world, and (smooth: no constraint row along the trajectories) no second opinion
-  assert result.jacobian == "forward" and result.constraint_changes == 0
-  assert result.sim_worlds == 1
-  assert "analytic step" in result.derivatives["dof_damping:hinge"]
+  # "auto" on a covered model whose residual Jacobian has no more columns (2) than the analytic step
+  # runs reverse passes per step (the velocity row and tip_pos's 3 rows): the directional Jacobian,
+  # 1 + 2 MJWarp worlds, the cheaper one here (`lm.directional_first`), and (smooth: no constraint
+  # row along the trajectories) no turn to "forward" and no second opinion
+  assert result.jacobian == "directional" and result.constraint_changes == 0
+  assert result.sim_worlds == 1 + len(TRUE)
+  assert "directional Jacobian" in result.derivatives["dof_damping:hinge"]
   assert isinstance(result, diffsim.optim.OptimizeResult) and result.method == "lm" and result.time > 0
+
+
+def test_auto_starts_where_the_jacobian_is_cheaper():
+  """`lm.directional_first`: the directional Jacobian (1 + ncol worlds) where the model can make no
+  constraint row and the residual Jacobian has no more columns than the analytic step runs reverse
+  passes per step, the analytic step Jacobians (1 world, 1 + nsweep passes) where it has more or the
+  model has limits, and always on the lanes."""
+  mjm = mujoco.MjModel.from_xml_string(GUESS)
+  rec = D.simulate(TRUTH, _ctrl(11, 0.01), qpos0=[0.3])
+  kw = dict(weights=None, normalize=True, shooting=None, nstart=1, device="cpu", solver_settings=None,
+            central=False, eps=None)
+  few = Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS], **kw)
+  assert few.rollout.nsweep == 1 + 3 and few.ncol == 2 and directional_first(few)
+  # the initial velocity and position too: 4 columns, still no more than the 4 passes
+  more = Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS], fit_qpos0=True, fit_qvel0=True, **kw)
+  assert more.ncol == 4 and directional_first(more)
+  many = Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS + ["dof_armature:hinge", "opt.gravity"]], **kw)
+  assert many.ncol > many.rollout.nsweep and not directional_first(many)
+  lanes = Problem(mjm, [rec], [S.parse_param(p) for p in PARAMS], step_jacobian="finite_difference", **kw)
+  assert lanes.rollout.nsweep == 0 and directional_first(lanes)
+  # a limit the trajectories may reach: "forward" at once (no directional rollout to leave at the first row)
+  limited = mujoco.MjModel.from_xml_string(models.LIMITED_PENDULUM)
+  lrec = D.simulate(models.LIMITED_PENDULUM, _ctrl(11, 0.01), qpos0=[0.3])
+  few_limited = Problem(limited, [lrec], [S.parse_param("dof_damping:hinge")], **kw)
+  assert few_limited.ncol <= few_limited.rollout.nsweep and not directional_first(few_limited)
 
 
 def test_lanes_on_request(rec, result):
@@ -440,7 +468,9 @@ def test_lm_recovers_other_fields(make):
   src, rec, true, x0 = make()
   named = {"body_inertia:pole[y]": diffsim.Param("body_inertia", "pole", components=[1], name="body_inertia:pole[y]"),
            "gravity_z": diffsim.Param("opt.gravity", components=[2], name="gravity_z")}
-  res = S.identify(src, rec, [named.get(k, k) for k in true], x0=x0, device="cpu", maxiter=15)
+  # identify's default budget (30): on the pendulum both Jacobians spend half of it at float32's floor
+  # before the stopping test fires ("forward" alone stops after 15, "auto"'s directional start 3 later)
+  res = S.identify(src, rec, [named.get(k, k) for k in true], x0=x0, device="cpu")
   err = _rel_err(res, true)
   assert all(e < 1e-3 for e in err.values()), (err, res.message)
   assert res.success and not res.warnings, res.message

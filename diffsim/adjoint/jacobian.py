@@ -262,6 +262,12 @@ class AnalyticJacobian:
     self._acc_rows = set() if analytic.acc_cols is None else {int(c) for c in analytic.acc_cols}
     self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
 
+  @property
+  def nsweep(self) -> int:
+    """Reverse passes of the replay per step: one per velocity and activation row, and one per
+    sensor row that is not a selection of a state coordinate."""
+    return self.scene.nx - self.scene.nv + len(self._swept)
+
   def _invweight_jacobian(self) -> None:
     """`K[w, e, j] = d invweight0_e / d theta_j` at this rollout's parameters: the softness path of
     every sweep, formed by one run of `InvWeightAdjoint` per invweight0 entry."""

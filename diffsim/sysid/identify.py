@@ -72,10 +72,12 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these
       (`xtol` also floors each std: the relative resolution LM claims, see `diffsim.sysid.confidence`).
     jacobian: `"auto"` (default): `"forward"` on the analytic step's Jacobians where it covers the
-      model (`diffsim.adjoint.analytic_coverage`; no lanes); else, on the lanes, `"directional"`
-      while the nominal trajectories meet no
-      constraint row (a smooth step: the same derivative with `1 + nparam` lanes per world instead
-      of `1 + 2 nv + nparam`), else `"forward"`; either way with the step of `"directional"` (forward
+      model (`diffsim.adjoint.analytic_coverage`; no lanes), unless the model can make no
+      constraint row and the residual Jacobian has no more columns than the step has velocity,
+      activation and swept sensor rows; else `"directional"`
+      while the nominal trajectories meet no constraint row (a smooth step: the same derivative with
+      `1 + nparam` lanes per world, cheaper there; `1 + 2 nv + nparam` for the lanes' step
+      Jacobians), else `"forward"` (`diffsim.sysid.lm.directional_first`); either way with the step of `"directional"` (forward
       differences) taken where that lowers the cost further (trajectories that cross constraint
       switches, see `diffsim.sysid.lm`); `"forward"` (step Jacobians propagated forward) or
       `"directional"` (forward mode: a lane per column of the Jacobian; fewer lanes, less precise)

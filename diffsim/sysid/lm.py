@@ -12,10 +12,11 @@ where that model is right.
 
 The Jacobian: `"auto"` (the default) takes `"forward"`, the step Jacobians propagated forward, from the
 start where the rollout forms them analytically (`Rollout.jacobian == "analytic"`: no lanes, the
-exact derivative of the step at the solver's solution). With lanes it starts with the directional
-one (forward mode: `1 + ncol` lanes per world, against `1 + nx + nlayout` for the step Jacobians),
-the derivative of a smooth step map
-while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
+exact derivative of the step at the solver's solution), unless the model can make no constraint row
+and the residual Jacobian has no more columns than the analytic step runs reverse passes
+(`directional_first`: the directional one is cheaper there). Else it starts with the directional
+one (forward mode: `1 + ncol` lanes per world, against `1 + nx + nlayout` for the lanes' step
+Jacobians), the derivative of a smooth step map while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
 do, or once its steps converge linearly (its error, first order in the parameter step, is that of a
 difference over the whole trajectory; see `_leave_directional`, `_refine_directional`). Issue 27:
 on 64 smooth recordings of bench_sysid's arm, 6 lanes per recording instead of 21.
@@ -48,6 +49,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..mjmodel import can_make_constraint_rows
 from .confidence import data_std
 from .normal import NormalEquations
 from .problem import Problem
@@ -99,6 +101,27 @@ def lm(prob: Problem, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, m
                              report=report, stdtol=stdtol).run()
 
 
+def directional_first(prob: Problem) -> bool:
+  """Whether `jacobian="auto"` starts on the directional Jacobian rather than "forward".
+
+  With the lanes, always (`1 + ncol` lanes per world against `1 + nx + nlayout`). With the analytic
+  step's Jacobians, where the model can make no constraint row (no contacts, limits, equalities or
+  dry friction: the step map is smooth everywhere, and the two Jacobians are the same derivative)
+  and the residual Jacobian has no more columns than the analytic step runs reverse passes per step
+  (`Rollout.nsweep`: the velocity and activation rows, and the sensor rows that are not state
+  selections). A directional rollout steps `1 + ncol` MJWarp worlds per world, while a step's analytic
+  Jacobians cost the step, a replay and `nsweep` reverse passes, each about two world steps of a small
+  model on the CPU: `mujoco.sysid`'s spring-mass test (1 mass, 1500 steps) takes 0.23 s against 0.29 s
+  (`benchmarks/bench_sysid.py`, its test problems). In a model that can make constraint rows "auto"
+  would leave the directional Jacobian at the first rollout that meets one (`_leave_directional`),
+  which is where an initial guess far off often starts (the arm of the same tests, armatures from
+  0.01, swings into its limits): "forward" at once saves that rollout.
+  """
+  if getattr(prob.rollout, "jacobian", None) != "analytic":
+    return True
+  return not can_make_constraint_rows(prob.mjm) and prob.ncol <= prob.rollout.nsweep
+
+
 class _LevenbergMarquardt:
   """The state of `lm`: per start its unknowns, cost, damping and stopping test."""
 
@@ -110,9 +133,9 @@ class _LevenbergMarquardt:
     # while the nominal trajectories meet no constraint row, and turns to "forward" for good at the
     # first linearization whose trajectories do (`_leave_directional`)
     # with the analytic step's Jacobians (`Rollout.jacobian`) "forward" costs no lanes and is the
-    # exact derivative from the start: "auto" takes it at once
-    analytic = getattr(prob.rollout, "jacobian", None) == "analytic"
-    self.jac = ("forward" if analytic else "directional") if self.auto else jacobian  # the Jacobian in use
+    # exact derivative from the start: "auto" takes it at once, unless the directional one costs
+    # less (`directional_first`)
+    self.jac = ("directional" if directional_first(prob) else "forward") if self.auto else jacobian  # in use
     self.central = prob.rollout.fd.central
     nstart = x0.shape[0]
     self.nparam, self.nunknown = prob.nparam, x0.shape[1]
