@@ -9,11 +9,19 @@ untimed run first. Each row is the median of `--repeats` fresh processes; the im
 the heavy dependencies (`python -X importtime`) says where a run's start goes. One more run, with
 `WARP_CACHE_PATH` at an empty folder, is a first run on a new machine: Warp compiles every kernel the
 command needs (MJWarp's included).
+
+Issue 36's rows: `mujoco.sysid`'s own two test problems (`benchmarks/sysid_tests.py`: the arm's 5
+armatures from 0.01, 999 samples; the spring-mass's mass from 2.0, 1,499 samples) as whole
+`python -m diffsim sysid` processes with the defaults (plots included, and `--no-plots`), beside
+`mujoco.sysid`'s API call on the same problem in a warm process (what its test runs) and the upstream
+floor: a process that only imports Warp and MuJoCo Warp (`python -c "import warp, mujoco_warp"`),
+which every diffsim command pays before its own work.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -81,7 +89,7 @@ def main(argv=None) -> list[dict]:
     t = np.arange(500) * 0.002
     D.save_npz(os.path.join(tmp, "sm.npz"), D.simulate(MODEL.replace('damping="0.3"', 'damping="0.5"'),
                                                        np.sin(2 * np.pi * 1.3 * t)[:, None], qpos0=[0.1]))
-    cli = [sys.executable, "-m", "diffsim.cli", "sysid", "sm.xml", "sm.npz", "--param", "dof_damping:slide",
+    cli = [sys.executable, "-m", "diffsim", "sysid", "sm.xml", "sm.npz", "--param", "dof_damping:slide",
            "--out", "o", "--quiet", "--device", args.device]
     _wall(cli, tmp)  # warm the kernel cache
     rows = []
@@ -91,6 +99,7 @@ def main(argv=None) -> list[dict]:
                       ("diffsim sysid --no-plots", cli + ["--no-plots"])):
       walls = [_wall(cmd, tmp) for _ in range(repeats)]
       rows.append({"what": what, "wall_s": float(np.median(walls)), "repeats": repeats})
+    rows += _test_problems(tmp, args.device, repeats)
     if not args.quick:
       # the first run on a new machine: an empty kernel cache, every kernel the command needs compiled
       with tempfile.TemporaryDirectory() as cache:
@@ -103,11 +112,42 @@ def main(argv=None) -> list[dict]:
   return rows
 
 
+def _test_problems(tmp: str, device: str, repeats: int) -> list[dict]:
+  """Whole `diffsim sysid` processes on `mujoco.sysid`'s test problems, beside the upstream import
+  floor and `mujoco.sysid`'s warm API call (see the module docstring)."""
+  from . import sysid_tests as T
+
+  rows = [{"what": "python -c 'import warp, mujoco_warp' (upstream floor)", "repeats": repeats,
+           "wall_s": float(np.median([_wall([sys.executable, "-c", "import warp, mujoco_warp"], tmp)
+                                      for _ in range(repeats)]))}]
+  for name in ("arm", "spring-mass"):
+    data = T.load(name)
+    cmd = [sys.executable, "-m", "diffsim", "sysid", *T.write_cli_inputs(name, tmp, data), "--out", f"o_{name}",
+           "--quiet", "--device", device]
+    _wall(cmd, tmp)  # warm the kernel cache for this model
+    T.run_mujoco_sysid(name, data)  # mujoco.sysid's first call in this process
+    for what, c in ((f"diffsim sysid ({name}, mujoco.sysid's test)", cmd), ("  --no-plots", cmd + ["--no-plots"])):
+      walls = [_wall(c, tmp) for _ in range(repeats)]
+      rows.append({"what": what, "wall_s": float(np.median(walls)), "repeats": repeats, "problem": name})
+    with open(os.path.join(tmp, f"o_{name}", "params.json")) as f:
+      rows[-2]["rel_error"] = T.rel_error(name, _theta(json.load(f), T.PROBLEMS[name].params))
+    walls = [T.run_mujoco_sysid(name, data)["wall"] for _ in range(max(repeats, 3))]
+    rows.append({"what": f"  mujoco.sysid API call ({name}, warm process)", "wall_s": float(np.median(walls)),
+                 "repeats": max(repeats, 3), "problem": name})
+  return rows
+
+
+def _theta(params: dict, names) -> list[float]:
+  """The identified values of `names` from a params.json."""
+  return [float(np.ravel(params[n]["value"])[0]) for n in names]
+
+
 def table(rows: list[dict]) -> str:
   lines = ["| process | wall time (s) |", "|---|---|"]
   for r in rows:
     if r["wall_s"] is not None:
-      lines.append(f"| {r['what']} | {r['wall_s']:.2f} (median of {r['repeats']}) |")
+      err = f", max rel. error {r['rel_error']:.1e}" if "rel_error" in r else ""
+      lines.append(f"| {r['what']} | {r['wall_s']:.2f} (median of {r['repeats']}{err}) |")
     else:
       parts = ", ".join(f"`{m}` {s:.2f}" for m, s in r["imports_s"].items())
       lines.append(f"| {r['what']}, each in a fresh process | {parts} |")

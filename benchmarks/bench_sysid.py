@@ -16,6 +16,14 @@ contacts). Two cases:
     redrawn until a joint reaches it), the others stay clear; the unknowns are the 5 armatures,
     from 0.01 within [0.001, 1]; at most `--limits-iters` (50) iterations.
 
+Before these, `mujoco.sysid`'s own two integration-test problems (`--tests`; issue 36's small-problem
+bar), as its test poses them and each tool with its defaults (`benchmarks/sysid_tests.py`): a
+spring-mass's mass from 2.0 (1,499 steps) and the arm's 5 armatures from 0.01 (999 steps, swinging into
+the limits on the way). One recording each: here the fixed costs of a call (model upload, graph
+capture, the first rollout) weigh as much as the steps. Rows: `mujoco.sysid` on all cores and pinned
+to one, diffsim's default and `jacobian="directional"` pinned to one, alternating, median of `--repeats`
+(at least 5) warm calls; written to `benchmarks/results/sysid_tests_<device>.json`.
+
 Data: MuJoCo C (`mujoco.rollout`, float64) from the true model at rest, each trajectory driven by
 its own sum of two sinusoids per motor (random amplitudes, frequencies and phases, fixed seed),
 noise-free. The trajectories of a case share one parameter set.
@@ -92,7 +100,7 @@ import numpy as np
 import warp as wp
 
 from .save import write_json
-from .timing import cpus, pinned
+from .timing import cpus, pinned, spread
 
 # the 5-link arm of mujoco.sysid's integration test (mujoco/sysid/tests/test_integration.py)
 ARM_XML = """\
@@ -404,6 +412,60 @@ def bench_case(ntraj: int, steps: int, *, kinds, iters: int, device, repeats: in
   return row
 
 
+def bench_tests(names, device, repeats: int) -> list[dict]:
+  """`mujoco.sysid`'s test problems `names` (`sysid_tests.PROBLEMS`) in both tools, one row per
+  problem: per tool the median wall time of the whole call, its spread, and the largest relative
+  error against the truth."""
+  from . import sysid_tests as T
+
+  rows = []
+  for name in names:
+    data = T.load(name)
+    fns = {"sysid": lambda: T.run_mujoco_sysid(name, data),
+           "sysid_1core": lambda: _pinned_call(1, T.run_mujoco_sysid, name, data),
+           "diffsim": lambda: _pinned_call(1, T.run_diffsim, name, data, device),
+           "directional": lambda: _pinned_call(1, T.run_diffsim, name, data, device, "directional")}
+    for fn in fns.values():  # warm: kernel modules loaded, mujoco.sysid's first call
+      fn()
+    runs = {tool: [] for tool in fns}
+    for rep in range(repeats):
+      for tool in list(fns) if rep % 2 == 0 else list(fns)[::-1]:
+        runs[tool].append(fns[tool]())
+    row = {"problem": name, "nrow": int(data["recording"].nrow), "nparam": len(T.PROBLEMS[name].params),
+           "device": str(wp.get_device(device)), "sysid_nthread": len(cpus())}
+    for tool, rs in runs.items():
+      walls = [r["wall"] for r in rs]
+      row[f"{tool}_s"] = float(np.median(walls))
+      row[f"{tool}_spread"] = float(spread(walls))
+      row[f"{tool}_runs"] = len(rs)
+      row[f"{tool}_err"] = T.rel_error(name, rs[-1]["theta"])
+      if "jacobian" in rs[-1]:
+        row[f"{tool}_jacobian"] = rs[-1]["jacobian"]
+        row[f"{tool}_nit"] = int(rs[-1]["nit"])
+        row[f"{tool}_success"] = bool(rs[-1]["success"])
+    for tool in ("diffsim", "directional"):
+      row[f"{tool}_over_sysid"] = row[f"{tool}_s"] / row["sysid_s"]
+      row[f"{tool}_over_sysid_1core"] = row[f"{tool}_s"] / row["sysid_1core_s"]
+    rows.append(row)
+  return rows
+
+
+def tests_table(rows: list[dict]) -> str:
+  """One line per test problem and tool: time, time over `mujoco.sysid`'s, error."""
+  lines = ["| mujoco.sysid test | samples x params | tool | time (s) | spread | tool / mujoco.sysid time "
+           "(all cores, 1 core) | Jacobian (iterations) | max rel. error |", "|" + "---|" * 8]
+  names = {"sysid": "mujoco.sysid", "sysid_1core": "mujoco.sysid, 1 core", "diffsim": "diffsim (default)",
+           "directional": "diffsim directional"}
+  for r in rows:
+    for tool, label in names.items():
+      ratio = "" if tool.startswith("sysid") else \
+        f"{r[f'{tool}_over_sysid']:.2f}x, {r[f'{tool}_over_sysid_1core']:.2f}x"
+      jac = f"{r[f'{tool}_jacobian']} ({r[f'{tool}_nit']})" if f"{tool}_jacobian" in r else ""
+      lines.append(f"| {r['problem']} | {r['nrow']} x {r['nparam']} | {label} | {r[f'{tool}_s']:.3f} | "
+                   f"{r[f'{tool}_spread']:.2f} | {ratio} | {jac} | {r[f'{tool}_err']:.1e} |")
+  return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
   """One line per problem and tool (rows written before the per-tool columns show what they have)."""
   head = ("| problem | trajectories x steps | params | tool | time (s) | mujoco.sysid / tool time | iterations | "
@@ -456,6 +518,8 @@ def main(argv=None) -> list[dict]:
                            "driven onto a limit, armatures from 0.01); none: skip it")
   parser.add_argument("--limits-steps", type=int, default=500, help="simulation steps per trajectory at the limits")
   parser.add_argument("--limits-iters", type=int, default=50, help="maximum iterations of both solvers at the limits")
+  parser.add_argument("--tests", nargs="*", default=["spring-mass", "arm"],
+                      help="mujoco.sysid's test problems to run first (issue 36; none: skip them)")
   parser.add_argument("--quick", action="store_true",
                       help="1 and 2 trajectories of 40 steps, and 4 of 200 at the limits, <= 5 iterations")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
@@ -472,12 +536,20 @@ def main(argv=None) -> list[dict]:
     args.ntraj, args.steps, args.iters, args.repeats = [1, 2], 40, 5, 1
     args.limits_ntraj, args.limits_steps, args.limits_iters = [4], 200, 5
     args.armature_ntraj, args.armature_steps = [2], 40
+  if args.tests:
+    test_rows = bench_tests(args.tests, args.device, 1 if args.quick else max(args.repeats, 5))
+    print(tests_table(test_rows), file=sys.stderr, flush=True)
+    if not args.quick:
+      write_json(os.path.join(args.out, f"sysid_tests_{test_rows[0]['device'].replace(':', '')}.json"),
+                 {"argv": sys.argv[1:] if argv is None else list(argv), "rows": test_rows})
   kinds = PARAM_SETS[args.params]
-  compile_s = compile_time(kinds, args.device)
   rows = []
   cases = [(n, args.steps, kinds, args.iters, False, None) for n in args.ntraj] + \
           [(n, args.armature_steps, ("armature",), args.iters, False, ["diffsim"]) for n in args.armature_ntraj] + \
           [(n, args.limits_steps, ("armature",), args.limits_iters, True, None) for n in args.limits_ntraj]
+  if not cases:
+    return []
+  compile_s = compile_time(kinds, args.device)
   for n, steps, knd, iters, limits, tools in cases:
     row = bench_case(n, steps, kinds=knd, iters=iters, device=args.device, repeats=args.repeats,
                      budget=args.budget, seed=args.seed, scale=args.scale, limits=limits, tools=tools)

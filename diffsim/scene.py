@@ -248,6 +248,7 @@ class Scene:
                nconmax: int | None = None, njmax: int | None = None):
     import mujoco_warp as mjw
 
+    _cache_version_checks()
     if not isinstance(nworld, (int, np.integer)) or nworld < 1:
       raise ValueError(f"nworld must be a positive integer, got {nworld!r}")
     self.mjm = mjm
@@ -431,6 +432,8 @@ class Scene:
 
   def _check_memory(self, nlane: int) -> None:
     free = available_memory(self.device)
+    if free is not None and self._bytes_per_world is None and self._fits_without_measuring(nlane, free):
+      return
     need = None if free is None else self.memory_estimate(nlane)
     if need is None or need <= MEMORY_FRACTION * free:
       return
@@ -455,6 +458,19 @@ class Scene:
       return
     raise MemoryError(message)
 
+  def _fits_without_measuring(self, nlane: int, free: int) -> bool:
+    """Whether the worlds surely fit on the CPU without `memory_estimate` (two `put_data` and two
+    steps, ~50 ms, a sixth of a small identification): MuJoCo C's own `MjData` for the model, its
+    buffer and its arena (which holds the constraint and contact storage `<size memory=...>`
+    reserves; at least 16 MiB, for a model that sets a tiny arena), `CPU_BOUND_MARGIN` times over
+    per world, is within `MEMORY_FRACTION` of the free memory. MJWarp's Data and step workspaces per world measured 0.1-1.1% of that figure on the
+    arm, the humanoid and MJWarp's collision test model, with capacities from the MjData; explicit
+    `nconmax` / `njmax` are not bounded by it, nor is a CUDA device, where the check refuses."""
+    if _allocations_committed(self.device) or self._nconmax is not None or self._njmax is not None:
+      return False
+    per_world = CPU_BOUND_MARGIN * max(self.mjm.nbuffer + self.mjm.narena, 16 << 20)
+    return nlane * self.nworld * per_world <= MEMORY_FRACTION * free
+
   def qpos0(self) -> np.ndarray:
     """Initial configuration from the MJCF (`qpos0`), `(nq,)` float64."""
     return self.mjm.qpos0.copy()
@@ -473,10 +489,25 @@ class Scene:
 MEMORY_FRACTION = 0.9
 # `put_data`'s transient numpy copies on the CPU, as a share of the Data it makes
 PUT_DATA_COPIES = 0.6
+# `Scene._fits_without_measuring`: MuJoCo C's MjData bytes per world, times this, bound MJWarp's
+CPU_BOUND_MARGIN = 4
 
 
 class MemoryWarning(UserWarning):
   """MJWarp's allocations for a scene's lanes may exceed the memory available (see `Scene.data`)."""
+
+
+def _cache_version_checks() -> None:
+  """Memoizes MJWarp's `util_pkg.check_version`, which `put_model` and `put_data` call two or three
+  times each: every call reads the installed package's metadata through `importlib.metadata`
+  (~5 ms), a seventh of a small identification's set-up (issue 36). Installed versions do not
+  change within a process."""
+  import functools
+
+  from mujoco_warp._src import util_pkg
+
+  if not hasattr(util_pkg.check_version, "cache_info"):
+    util_pkg.check_version = functools.cache(util_pkg.check_version)
 
 
 def _allocations_committed(device: wp.context.Device) -> bool:

@@ -195,6 +195,22 @@ def test_a_rerun_leaves_no_plots_of_the_earlier_run(files, capsys):
   capsys.readouterr()
 
 
+def test_the_answer_is_printed_before_the_plots_are_drawn(files, capsys, monkeypatch):
+  from diffsim import plot
+
+  seen = []
+
+  def plots(res, out):  # what the terminal shows when the plots start
+    seen.append(capsys.readouterr().out)
+
+  monkeypatch.setattr(plot, "sysid_plots", plots)
+  out = files / "first"
+  assert cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), "--param", "dof_damping:hinge",
+                   "--device", "cpu", "--maxiter", "3", "--quiet", "--out", str(out)]) in (0, 1)
+  assert len(seen) == 1 and "dof_damping:hinge" in seen[0] and "wrote" in seen[0]
+  assert set(os.listdir(out)) == {"params.json", "model.xml"}  # written before, and kept
+
+
 def test_times_in_milliseconds_are_refused(files, capsys):
   rec = D.load_npz(files / "run0.npz")[0]
   rec.time = rec.time * 1000  # 10 "s" per row: 1,000 steps of 0.01 s

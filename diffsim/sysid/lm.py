@@ -57,6 +57,8 @@ from .result import SolverOutcome
 
 # `"auto"`: a step above this fraction of the one before (twice, once small) is linear convergence
 LINEAR_Q = 0.2
+# `"auto"` on the analytic step: returns from "forward" to the directional Jacobian at most this often
+MAX_RETURNS = 2
 # `report(nit, fun, theta)`: the solver's progress (best cost, its parameters); True stops the solver
 Report = Callable[[int, float, np.ndarray], bool]
 
@@ -101,6 +103,13 @@ def lm(prob: Problem, x0: np.ndarray, lower: np.ndarray, upper: np.ndarray, *, m
                              report=report, stdtol=stdtol).run()
 
 
+def directional_cheaper(prob: Problem) -> bool:
+  """Whether a directional rollout costs less than a forward one on the analytic step's Jacobians:
+  the residual Jacobian has no more columns than the analytic step runs reverse passes per step
+  (`Rollout.nsweep`). False on the lanes, where "forward" is the expensive one anyway."""
+  return getattr(prob.rollout, "jacobian", None) == "analytic" and prob.ncol <= prob.rollout.nsweep
+
+
 def directional_first(prob: Problem) -> bool:
   """Whether `jacobian="auto"` starts on the directional Jacobian rather than "forward".
 
@@ -119,7 +128,7 @@ def directional_first(prob: Problem) -> bool:
   """
   if getattr(prob.rollout, "jacobian", None) != "analytic":
     return True
-  return not can_make_constraint_rows(prob.mjm) and prob.ncol <= prob.rollout.nsweep
+  return not can_make_constraint_rows(prob.mjm) and directional_cheaper(prob)
 
 
 class _LevenbergMarquardt:
@@ -142,6 +151,10 @@ class _LevenbergMarquardt:
     self.x = x0.copy()
     self.stopped = np.zeros(nstart, bool)
     self.linear = np.zeros(nstart, int)  # accepted steps in a row that shrank slowly (linear convergence)
+    # `_return_directional`: whether "auto" may go back to the cheaper directional Jacobian once the
+    # trajectories leave the constraints (not after it converged linearly or stalled), and how often
+    self.may_return = self.auto and directional_cheaper(prob)
+    self.returns = 0
     self.ne = prob.linearize(self.x, jacobian=self.jac)
     self._leave_directional()
     self.f = self.ne.cost.copy()
@@ -201,9 +214,28 @@ class _LevenbergMarquardt:
     live = ~self.stopped
     if not (constrained[live] > 0).any() and not (self.linear[live] >= 2).any():
       return
+    if (self.linear[live] >= 2).any():
+      self.may_return = False
     self.jac = "forward"
     self.ne = self.prob.linearize(self.x, jacobian=self.jac)
     self.f = self.ne.cost.copy()
+
+  def _return_directional(self) -> None:
+    """`"auto"` on "forward" from the analytic step, where the directional Jacobian costs less
+    (`directional_cheaper`): goes back to it once the nominal trajectories at every running start's
+    parameters meet no constraint row, the next trial's rollout forming it. An initial guess far off
+    often swings a model into its limits where the truth stays clear of them (`mujoco.sysid`'s arm
+    test, armatures from 0.01: `benchmarks/bench_sysid.py`, its test problems); "forward" takes the
+    constrained iterations, directional the smooth rest. At most `MAX_RETURNS` times, and never after
+    the directional Jacobian converged linearly or stalled (`_leave_directional`,
+    `_refine_directional`)."""
+    if not self.may_return or self.jac != "forward" or self.returns >= MAX_RETURNS:
+      return
+    live = ~self.stopped & (self.why == None)  # noqa: E711
+    if not live.any() or (self.ne.constrained[live] > 0).any() or (self.ne.changes[live] > 0).any():
+      return
+    self.jac = "directional"
+    self.returns += 1
 
   def _refine_directional(self) -> None:
     """`"auto"` on the directional Jacobian: where a start's steps stopped lowering the cost before
@@ -219,6 +251,7 @@ class _LevenbergMarquardt:
     if not stuck.any():
       return
     self.jac = "forward"
+    self.may_return = False
     self.ne = self.prob.linearize(self.x, jacobian=self.jac)
     self.f = self.ne.cost.copy()
     self.why[stuck], self.said[stuck], self.rejected[stuck] = None, "", 0
@@ -287,6 +320,7 @@ class _LevenbergMarquardt:
       else:
         self._reject(s)
     self._leave_directional()
+    self._return_directional()
     return self._log()
 
   def _accept(self, s: int, trial: np.ndarray, trial_lin: NormalEquations) -> None:
