@@ -453,7 +453,7 @@ def bench_tests(names, device, repeats: int) -> list[dict]:
 def tests_table(rows: list[dict]) -> str:
   """One line per test problem and tool: time, time over `mujoco.sysid`'s, error."""
   lines = ["| mujoco.sysid test | samples x params | tool | time (s) | spread | tool / mujoco.sysid time "
-           "(all cores, 1 core) | Jacobian (iterations) | max rel. error |", "|" + "---|" * 8]
+           "(all cores, 1 core) | last Jacobian (iterations) | max rel. error |", "|" + "---|" * 8]
   names = {"sysid": "mujoco.sysid", "sysid_1core": "mujoco.sysid, 1 core", "diffsim": "diffsim (default)",
            "directional": "diffsim directional"}
   for r in rows:

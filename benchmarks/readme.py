@@ -17,6 +17,8 @@ people edit. Blocks:
   - `tolerance`: the solver tolerance's table, from `tolerance_cpu.json` (`bench_tolerance.py`);
   - `forward`: diffsim's forward vs raw `mjw.step` as written, from `forward_cpu.json` (`bench_forward.py`);
   - `startup`: the "Start-up" paragraph, from `cpu.json`'s startup section (`bench_startup.py`);
+  - `sysid_tests`: `mujoco.sysid`'s test problems in both tools, from `sysid_tests_cpu.json`
+    (`bench_sysid.py --tests`);
   - `render`: diffsim's batched ray tracer vs `mujoco.Renderer`, from `render_cpu.json` (`bench_render.py`).
 
 Run `python -m benchmarks.readme` after storing new results to update README.md;
@@ -387,7 +389,37 @@ def startup(results: str) -> str:
           + f"): importing `mujoco_warp` alone takes {_f(imports['mujoco_warp'])} s (Warp builds its kernels'\n"
           f"definitions at import; `warp` itself {_f(imports['warp'])} s, `mujoco` {_f(imports['mujoco'])} s),\n"
           "and MJWarp's first step hashes and loads its cached kernel modules (`python -m benchmarks.bench_startup`,\n"
-          f"median of {rows['import diffsim']['repeats']} fresh processes each).")
+          f"median of {rows['import diffsim']['repeats']} fresh processes each)." + _startup_tests(rows))
+
+
+def _startup_tests(rows: dict) -> str:
+  """The start-up paragraph's sentences on `mujoco.sysid`'s test problems, where measured."""
+  floor = next((r["wall_s"] for w, r in rows.items() if "upstream floor" in w), None)
+  arm = next((r for w, r in rows.items() if w.startswith("diffsim sysid (arm")), None)
+  if floor is None or arm is None:
+    return ""
+  names = list(rows)
+  i = names.index(arm["what"])
+  bare, api = rows[names[i + 1]]["wall_s"], rows[names[i + 2]]["wall_s"]
+  sm = next((r for w, r in rows.items() if w.startswith("diffsim sysid (spring-mass, mujoco")), None)
+  txt = (f"\nOn `mujoco.sysid`'s own arm test (5 armatures from 0.01, 999 samples) the whole process takes "
+         f"{_f(arm['wall_s'], 2)} s\n({_f(bare, 2)} s with `--no-plots`; error {sci(arm['rel_error'])}; the answer is "
+         f"printed before the plots are drawn, by a second\nprocess that imports matplotlib while the solve runs), "
+         f"against {_f(api, 2)} s for `mujoco.sysid`'s API call in a warm process;\n"
+         f"a process that only imports Warp and MuJoCo Warp takes {_f(floor, 2)} s, the floor every command pays")
+  if sm is not None:
+    j = names.index(sm["what"])
+    txt += (f"\n(the spring-mass test: {_f(sm['wall_s'], 2)} s, {_f(rows[names[j + 1]]['wall_s'], 2)} s with "
+            f"`--no-plots`)")
+  return txt + "."
+
+
+def sysid_tests(results: str) -> str:
+  """`mujoco.sysid`'s own test problems in both tools, in-process (`bench_sysid.py --tests`)."""
+  from .bench_sysid import tests_table
+
+  payload = _load(results, "sysid_tests_cpu.json")
+  return tests_table(payload["rows"]) + f"\n\n(`{_cmd(payload['argv'], 'benchmarks.bench_sysid')}`)"
 
 
 def rendering(results: str) -> str:
@@ -407,6 +439,7 @@ BLOCKS = {
   "forward": (forward, ("forward_cpu.json",)),
   "linearize": (linearize, ("linearize_cpu.json",)),
   "startup": (startup, ("cpu.json",)),
+  "sysid_tests": (sysid_tests, ("sysid_tests_cpu.json",)),
   "render": (rendering, ("render_cpu.json",)),
 }
 

@@ -16,6 +16,8 @@ import os
 import sys
 import warnings
 
+from .plot_process import PlotProcess
+
 __all__ = ["main"]
 
 _SYSID_EPILOG = """\
@@ -111,12 +113,13 @@ def _add_sysid(sub) -> None:
   p.add_argument("--jacobian", choices=("auto", "forward", "directional", "finite_difference"), default="auto",
                  help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
                       "parameter (faster with few parameters, less precise on constrained models); auto (default): "
-                      "forward on the analytic step's Jacobians where the adjoint covers the model; on the lanes "
-                      "(and with finite_difference, whatever it covers) "
                       "directional while the trajectories meet no constraint row and converge fast, else forward, "
                       "taking directional's step where that lowers the cost further (recordings that reach "
-                      "joint limits or make contact). Where trajectories cross such switches, each checks the "
-                      "other's convergence")
+                      "joint limits or make contact); where the adjoint covers the model (the analytic step's "
+                      "Jacobians), forward from the start on a model that can make constraint rows, and back to "
+                      "directional once the trajectories leave them, if it has no more columns than the step's "
+                      "reverse passes. Where trajectories cross such switches, each checks the other's "
+                      "convergence")
   p.add_argument("--maxiter", type=int, default=30, help="maximum iterations (default 30)")
   p.add_argument("--lr", type=float, default=None,
                  help="Adam step, relative to each parameter (default 0.05; options={'lr': ...})")
@@ -157,7 +160,6 @@ def _add_sysid(sub) -> None:
 
 def _run_sysid(args) -> int:
   from . import data as _data
-  from . import sysid
 
   if args.maxiter < 0 or args.starts < 1:
     print("diffsim sysid: error: --maxiter must be >= 0 and --starts >= 1", file=sys.stderr)
@@ -172,8 +174,6 @@ def _run_sysid(args) -> int:
     print(f"diffsim sysid: error: {', '.join(lerobot_opts)} select and convert LeRobot datasets, but no DATA is a "
           "dataset folder (one with meta/info.json)", file=sys.stderr)
     return 2
-  from . import lerobot
-
   if args.video:
     try:
       from .video import check_path, video_options
@@ -185,8 +185,20 @@ def _run_sysid(args) -> int:
     except (ValueError, OSError, ImportError) as e:
       print(f"diffsim sysid: error: {e}", file=sys.stderr)
       return 2
-  if not args.no_plots:
-    _prefetch_matplotlib()
+  # the plots' process gets matplotlib ready on another core while this one imports and solves
+  plotter = None if args.no_plots else PlotProcess.start()
+  try:
+    return _solve(args, plotter)
+  finally:
+    if plotter is not None:
+      plotter.close()  # a run that ended before its plots
+
+
+def _solve(args, plotter) -> int:
+  """`diffsim sysid` from the solve on: identify, print the answer, write the plots (`plotter`)."""
+  from . import data as _data
+  from . import lerobot, sysid
+
   caught: list = []
   try:
     with warnings.catch_warnings(record=True) as caught:
@@ -238,7 +250,7 @@ def _run_sysid(args) -> int:
     print(f"diffsim sysid: error: the solve finished (above) but writing {args.out} failed: {res.save_error}",
           file=sys.stderr)
     if res.save_error.startswith("model.xml not written"):  # params.json is there: its plots still help
-      _write_plots(args, res)
+      _write_plots(args, res, plotter)
     return 3
   wrote = os.path.join(args.out, "params.json")
   if args.video and res.signals is None:
@@ -247,40 +259,20 @@ def _run_sysid(args) -> int:
     wrote += ", " + _replay_video(args, res)
   # the answer first: the plots (about a second of matplotlib for a small problem) come after it
   print(res.summary() + f"; wrote {wrote}", flush=True)
-  if _write_plots(args, res):
+  if _write_plots(args, res, plotter):
     return 3
   if not res.success:  # why, and what to try (the summary says only that it did not converge)
     print(f"diffsim sysid: {res.message.split('; warning: ')[0]}", file=sys.stderr)
   return 0 if res.success else 1
 
 
-def _prefetch_matplotlib() -> None:
-  """Imports matplotlib's figure, Agg canvas and tickers in a background thread, while the solve runs
-  (its graph replays release the GIL): about a quarter of a second the plots then do not wait for.
-  An import that fails here fails again, with its message, where the plots import it."""
-
-  def run():
-    try:
-      import matplotlib.backends.backend_agg  # noqa: F401
-      import matplotlib.figure  # noqa: F401
-      import matplotlib.ticker  # noqa: F401
-    except Exception:  # noqa: BLE001  (reported by the plots' own import)
-      pass
-
-  import threading
-
-  threading.Thread(target=run, name="diffsim-import-matplotlib", daemon=True).start()
-
-
-def _write_plots(args, res) -> bool:
-  """Draws OUTDIR's PNG plots (`diffsim.plot.sysid_plots`) unless `--no-plots`; True where that failed
-  (the error is printed)."""
+def _write_plots(args, res, plotter) -> bool:
+  """Draws OUTDIR's PNG plots (`diffsim.plot.sysid_plots`, by `plotter`) unless `--no-plots`; True
+  where that failed (the error is printed)."""
   if args.no_plots or res.signals is None:
     return False
-  from . import plot
-
   try:
-    plot.sysid_plots(res, args.out)
+    plotter.draw(res, args.out)
   except (OSError, ValueError) as e:
     print(f"diffsim sysid: error: the solve finished (above) but writing its plots to {args.out} failed: {e}",
           file=sys.stderr)

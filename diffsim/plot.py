@@ -12,7 +12,9 @@ import os
 import mujoco
 import numpy as np
 
-from .joints import HINGE, SLIDE
+
+# joint types whose qpos is the joint coordinate (mujoco's enum; `diffsim.joints` would import Warp)
+HINGE, SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
 
 __all__ = ["figure", "save_png", "sysid_plots", "plot_signals", "plot_cost", "plot_params"]
 

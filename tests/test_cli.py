@@ -196,19 +196,41 @@ def test_a_rerun_leaves_no_plots_of_the_earlier_run(files, capsys):
 
 
 def test_the_answer_is_printed_before_the_plots_are_drawn(files, capsys, monkeypatch):
-  from diffsim import plot
+  from diffsim import plot_process
 
   seen = []
+  draw = plot_process.PlotProcess.draw
 
-  def plots(res, out):  # what the terminal shows when the plots start
+  def spy(self, res, out):  # what the terminal shows when the plots start
     seen.append(capsys.readouterr().out)
+    return draw(self, res, out)
 
-  monkeypatch.setattr(plot, "sysid_plots", plots)
+  monkeypatch.setattr(plot_process.PlotProcess, "draw", spy)
   out = files / "first"
   assert cli.main(["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), "--param", "dof_damping:hinge",
                    "--device", "cpu", "--maxiter", "3", "--quiet", "--out", str(out)]) in (0, 1)
   assert len(seen) == 1 and "dof_damping:hinge" in seen[0] and "wrote" in seen[0]
-  assert set(os.listdir(out)) == {"params.json", "model.xml"}  # written before, and kept
+  # drawn by the plotting process
+  assert set(os.listdir(out)) == {"params.json", "model.xml", "signals.png", "cost.png", "params.png"}
+
+
+def test_plots_without_their_process_and_a_plot_that_cannot_be_written(files, capsys, monkeypatch):
+  from diffsim import plot_process
+
+  base = ["sysid", str(files / "pendulum.xml"), str(files / "run0.npz"), "--param", "dof_damping:hinge", "--device",
+          "cpu", "--maxiter", "3", "--quiet", "--out"]
+  # where the process cannot start, this one draws
+  with monkeypatch.context() as m:
+    m.setattr(plot_process.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError("no fork")))
+    assert cli.main([*base, str(files / "inline")]) in (0, 1)
+  assert {"signals.png", "cost.png", "params.png"} <= set(os.listdir(files / "inline"))
+  # the plotting process's write error reaches the command: exit 3, the answer and params.json kept
+  (files / "blocked" / "cost.png").mkdir(parents=True)  # a folder where the PNG goes: the rename fails
+  capsys.readouterr()
+  assert cli.main([*base, str(files / "blocked")]) == 3
+  cap = capsys.readouterr()
+  assert "dof_damping:hinge" in cap.out and "writing its plots to" in cap.err and "cost.png" in cap.err
+  assert (files / "blocked" / "params.json").is_file()
 
 
 def test_times_in_milliseconds_are_refused(files, capsys):

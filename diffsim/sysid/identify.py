@@ -71,14 +71,15 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
     x0: `{name: value}` initial guess overriding the MJCF value.
     ftol, xtol: LM stops when the relative cost reduction or the relative step falls below these
       (`xtol` also floors each std: the relative resolution LM claims, see `diffsim.sysid.confidence`).
-    jacobian: `"auto"` (default): `"forward"` on the analytic step's Jacobians where it covers the
-      model (`diffsim.adjoint.analytic_coverage`; no lanes), unless the model can make no
-      constraint row and the residual Jacobian has no more columns than the step has velocity,
-      activation and swept sensor rows; else `"directional"`
-      while the nominal trajectories meet no constraint row (a smooth step: the same derivative with
-      `1 + nparam` lanes per world, cheaper there; `1 + 2 nv + nparam` for the lanes' step
-      Jacobians), else `"forward"` (`diffsim.sysid.lm.directional_first`); either way with the step of `"directional"` (forward
-      differences) taken where that lowers the cost further (trajectories that cross constraint
+    jacobian: `"auto"` (default): `"directional"` while the nominal trajectories meet no constraint
+      row (a smooth step: the same derivative with `1 + nparam` lanes per world; `1 + 2 nv + nparam`
+      for the lanes' step Jacobians), else `"forward"`. Where the analytic step's Jacobians cover the
+      model (`diffsim.adjoint.analytic_coverage`; no lanes), `"forward"` from the start on a model
+      that can make constraint rows, and `"directional"` only while it is the cheaper one (no more
+      columns than the step's velocity, activation and swept sensor rows): from the start on a
+      model that cannot, or once the trajectories leave the constraints
+      (`diffsim.sysid.lm.directional_first`, `_return_directional`); either way with the step of
+      `"directional"` (forward differences) taken where that lowers the cost further (trajectories that cross constraint
       switches, see `diffsim.sysid.lm`); `"forward"` (step Jacobians propagated forward) or
       `"directional"` (forward mode: a lane per column of the Jacobian; fewer lanes, less precise)
       alone, each checked by the other where it stops (not converged where the other lowers the

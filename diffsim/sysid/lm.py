@@ -14,7 +14,9 @@ The Jacobian: `"auto"` (the default) takes `"forward"`, the step Jacobians propa
 start where the rollout forms them analytically (`Rollout.jacobian == "analytic"`: no lanes, the
 exact derivative of the step at the solver's solution), unless the model can make no constraint row
 and the residual Jacobian has no more columns than the analytic step runs reverse passes
-(`directional_first`: the directional one is cheaper there). Else it starts with the directional
+(`directional_first`: the directional one is cheaper there), and goes back to directional where
+that is cheaper once the trajectories leave the constraints (`_return_directional`: an initial guess
+far off swings the model into limits the truth stays clear of). Else it starts with the directional
 one (forward mode: `1 + ncol` lanes per world, against `1 + nx + nlayout` for the lanes' step
 Jacobians), the derivative of a smooth step map while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
 do, or once its steps converge linearly (its error, first order in the parameter step, is that of a

@@ -1,0 +1,137 @@
+"""The `diffsim sysid` command's plots, drawn by a second Python process that gets matplotlib ready
+while the solve runs.
+
+A whole `diffsim sysid` process on a small problem spends about a second on its three PNGs: importing
+matplotlib (~0.4 s), loading fonts, drawing. Imported in a thread of the solving process, matplotlib
+holds the GIL that the solve's Python needs, and the solve slows by what the import saves
+(`benchmarks/bench_startup.py`). `PlotProcess.start()` launches `python -m diffsim.plot_process` at
+the command's start instead: it imports and warms matplotlib on another core, then waits on its stdin.
+After the answer is printed, `draw(result, out)` sends it the plot data (pickled: signals, history,
+labels, std) and waits for the files, which `diffsim.plot.sysid_plots` writes as it always does
+(temporary file, then rename).
+
+Failures keep the command's behaviour: where the process cannot start or dies, the plots are drawn
+in this process (and any error is raised here, with its traceback); an `OSError` / `ValueError`
+writing a file comes back as its message.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import types
+
+__all__ = ["PlotProcess"]
+
+# exit status of the plotting process for an error writing the plots (its message on stdout)
+WRITE_FAILED = 3
+
+
+class PlotProcess:
+  """A process that draws one `diffsim.plot.sysid_plots` call; see the module docstring."""
+
+  def __init__(self, proc: subprocess.Popen | None):
+    self.proc = proc
+
+  @classmethod
+  def start(cls) -> "PlotProcess":
+    """Starts the process (a `PlotProcess` that draws in this process where that fails)."""
+    env = dict(os.environ, MPLBACKEND="Agg")
+    try:
+      proc = subprocess.Popen([sys.executable, "-m", "diffsim.plot_process"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    except OSError:
+      proc = None
+    return cls(proc)
+
+  def draw(self, result, out: str) -> None:
+    """Writes `result`'s plots into folder `out` (`diffsim.plot.sysid_plots`) and waits for them.
+
+    Raises:
+      OSError: a plot could not be written (the message of the error the plotting process met).
+    """
+    proc, self.proc = self.proc, None
+    if proc is not None:
+      try:
+        _, err = proc.communicate(pickle.dumps((_plot_data(result), os.fspath(out))), timeout=600)
+      except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.communicate()
+      else:
+        if proc.returncode == 0:
+          return
+        if proc.returncode == WRITE_FAILED:
+          raise OSError(err.decode(errors="replace").strip())
+    from . import plot  # the process did not start or died: draw here, where errors show their traceback
+
+    plot.sysid_plots(result, out)
+
+  def close(self) -> None:
+    """Ends the process without drawing (the command stopped before its plots)."""
+    proc, self.proc = self.proc, None
+    if proc is not None:
+      try:
+        proc.communicate(b"", timeout=60)
+      except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.communicate()
+
+
+def _plot_data(result) -> types.SimpleNamespace:
+  """What `sysid_plots` reads of a `SysIdResult`, in picklable types that unpickle without Warp."""
+  sig = result.signals
+  signals = types.SimpleNamespace(model=sig.model, recordings=sig.recordings, before=sig.before, after=sig.after)
+  return types.SimpleNamespace(signals=signals, history={"fun": result.history["fun"], "x": result.history["x"]},
+                               labels=list(result.labels), theta_std=result.theta_std, x=result.x)
+
+
+def _warm_up() -> None:
+  """Imports what the plots and their unpickled data need, and draws a small figure with the plots'
+  kinds of artist (lines, markers, a band, a legend, log axis, titles at their font sizes) into
+  memory: a first figure in a process costs twice a later one (fonts, glyph caches, the encoder)."""
+  import io
+
+  import numpy as np
+
+  from . import data, plot  # noqa: F401  (data: the recordings unpickle into its Recording)
+
+  fig, axes = plot.figure(2, 1)
+  t = np.linspace(0.0, 1.0, 50)
+  ax = axes[0, 0]
+  ax.plot(t, t, ".", color="k", ms=2.5, label="measured")
+  ax.plot(t, t * t, "-", color="tab:red", lw=1, alpha=0.8, label="identified")
+  ax.fill_between([0.2, 0.4], [0.1, 0.1], [0.3, 0.3], color="tab:blue", alpha=0.25, lw=0, label="±2 std")
+  ax.axhline(0.5, color="k", ls="--", lw=1)
+  ax.set_ylabel("qpos: joint (rad)", fontsize=8)
+  ax.legend(fontsize=7, loc="upper right", ncols=3)
+  ax.grid(alpha=0.3)
+  axes[1, 0].semilogy(t, np.exp(t), "o-", ms=3)
+  axes[1, 0].set_xlabel("iteration")
+  axes[1, 0].set_title("cost per iteration 0.5 |r|^2", fontsize=10)
+  fig.suptitle("recording: measured vs simulated", fontsize=10)
+  fig.savefig(io.BytesIO(), format="png", dpi=110)
+
+
+def main() -> int:
+  try:
+    _warm_up()
+  except Exception:  # noqa: BLE001  (the drawing below meets the same error, or the parent draws)
+    pass
+  payload = sys.stdin.buffer.read()
+  if not payload:
+    return 0
+  result, out = pickle.loads(payload)
+  from . import plot
+
+  try:
+    plot.sysid_plots(result, out)
+  except (OSError, ValueError) as e:
+    print(e, file=sys.stderr)
+    return WRITE_FAILED
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
