@@ -68,7 +68,8 @@ Run: `python -m benchmarks.bench_sysid [--device cpu] [--ntraj 1 64] [--armature
 [--repeats 3]`.
 Prints a Markdown table (one line per case and tool) and writes `benchmarks/results/sysid_<device>.json`
 after every case. `--quick`: 1 and 2 trajectories of 40 steps (2 of 40 for the armatures alone) and
-4 of 200 at the limits, at most 5 iterations (a check that it runs, well under a minute warm).
+4 of 200 at the limits, at most 5 iterations, and `mujoco.sysid`'s arm test once (a check that it runs,
+well under a minute warm). `--tests` rows go to `benchmarks/results/sysid_tests_<device>.json`.
 
 The measured figures are in `benchmarks/results/cpu.md` (sysid section, from `benchmarks/results/cpu.json`;
 the README's sysid row is generated from the same run). Where diffsim is slower on the CPU: Warp runs
@@ -518,8 +519,9 @@ def main(argv=None) -> list[dict]:
                            "driven onto a limit, armatures from 0.01); none: skip it")
   parser.add_argument("--limits-steps", type=int, default=500, help="simulation steps per trajectory at the limits")
   parser.add_argument("--limits-iters", type=int, default=50, help="maximum iterations of both solvers at the limits")
-  parser.add_argument("--tests", nargs="*", default=["spring-mass", "arm"],
-                      help="mujoco.sysid's test problems to run first (issue 36; none: skip them)")
+  parser.add_argument("--tests", nargs="*", default=None,
+                      help="mujoco.sysid's test problems to run first (issue 36; default spring-mass and arm, with "
+                           "--quick the arm alone; none: skip them)")
   parser.add_argument("--quick", action="store_true",
                       help="1 and 2 trajectories of 40 steps, and 4 of 200 at the limits, <= 5 iterations")
   parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
@@ -532,6 +534,8 @@ def main(argv=None) -> list[dict]:
   wp.config.quiet = True
   if hasattr(wp.config, "log_level"):
     wp.config.log_level = wp.LOG_WARNING
+  if args.tests is None:
+    args.tests = ["arm"] if args.quick else ["spring-mass", "arm"]
   if args.quick:
     args.ntraj, args.steps, args.iters, args.repeats = [1, 2], 40, 5, 1
     args.limits_ntraj, args.limits_steps, args.limits_iters = [4], 200, 5
@@ -539,9 +543,8 @@ def main(argv=None) -> list[dict]:
   if args.tests:
     test_rows = bench_tests(args.tests, args.device, 1 if args.quick else max(args.repeats, 5))
     print(tests_table(test_rows), file=sys.stderr, flush=True)
-    if not args.quick:
-      write_json(os.path.join(args.out, f"sysid_tests_{test_rows[0]['device'].replace(':', '')}.json"),
-                 {"argv": sys.argv[1:] if argv is None else list(argv), "rows": test_rows})
+    write_json(os.path.join(args.out, f"sysid_tests_{test_rows[0]['device'].replace(':', '')}.json"),
+               {"argv": sys.argv[1:] if argv is None else list(argv), "rows": test_rows})
   kinds = PARAM_SETS[args.params]
   rows = []
   cases = [(n, args.steps, kinds, args.iters, False, None) for n in args.ntraj] + \

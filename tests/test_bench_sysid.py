@@ -28,6 +28,12 @@ def test_bench_sysid_quick(tmp_path, capsys):
   assert saved["rows"] == rows
   assert [(r["ntraj"], r["case"]) for r in rows] == [(1, "smooth"), (2, "smooth"), (2, "armature"), (4, "limits")]
   assert "| problem |" in capsys.readouterr().out
+  # mujoco.sysid's own arm test (issue 36's small problem): both tools reach its answer (its test: 1e-4)
+  (arm,) = json.loads((tmp_path / "sysid_tests_cpu.json").read_text())["rows"]
+  assert arm["problem"] == "arm" and arm["nrow"] == 999 and arm["nparam"] == 5
+  for tool in ("sysid", "sysid_1core", "diffsim", "directional"):
+    assert arm[f"{tool}_err"] < 1e-5 and arm[f"{tool}_s"] > 0, tool
+  assert arm["diffsim_success"] and arm["directional_success"]
   for r in rows:
     tools = ["sysid", "sysid_1core", "diffsim"] + ([] if r["case"] == "armature" else ["directional"]) + \
       (["forward"] if r["limits"] else [])
