@@ -31,7 +31,7 @@ import warp as wp
 from ..joints import FREE, HINGE, SLIDE, tangent_grad
 from .solve import _right_jacobian_t, _rotation
 
-__all__ = ["AnalyticJacobian"]
+__all__ = ["AnalyticJacobian", "sweep_count"]
 
 
 @wp.kernel(enable_backward=False)
@@ -235,6 +235,13 @@ def _selection_sensors(mjm: mujoco.MjModel) -> tuple[list[int], list[int]]:
     rows.append(int(mjm.sensor_adr[i]))
     cols.append(int(mjm.jnt_dofadr[obj]) + (mjm.nv if typ == mujoco.mjtSensor.mjSENS_JOINTVEL else 0))
   return rows, cols
+
+
+def sweep_count(mjm: mujoco.MjModel) -> int:
+  """Reverse passes `AnalyticJacobian` runs per step on `mjm`: one per velocity and activation row,
+  and one per sensor row that is not a selection of a state coordinate (`AnalyticJacobian.nsweep`)."""
+  selected = len(_selection_sensors(mjm)[0]) if mjm.nsensordata else 0
+  return mjm.nv + mjm.na + mjm.nsensordata - selected
 
 
 class AnalyticJacobian:

@@ -134,8 +134,13 @@ class ShardedProblem:
     from ..adjoint import analytic_coverage
 
     analytic = step_jacobian != "finite_difference" and analytic_coverage(mjm, [p.field for p in params]) is None
+    from ..adjoint.jacobian import sweep_count
+
     self.rollout = SimpleNamespace(fd=SimpleNamespace(central=bool(central), nlane=None),
-                                   jacobian="analytic" if analytic else "finite_difference")
+                                   jacobian="analytic" if analytic else "finite_difference",
+                                   nsweep=sweep_count(mjm) if analytic else None)
+    # residual Jacobian columns per world, as the workers' problems have them (`Problem.ncol`)
+    self.ncol = len(param_columns(bound, mjm)) + u.nblock
     self.buffers = SimpleNamespace(theta=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"),
                                    theta_grad=wp.zeros((self.nstart, self.nparam), dtype=float, device="cpu"))
     self.scene = SimpleNamespace(device="cpu")  # where Adam's driver-side arrays live
