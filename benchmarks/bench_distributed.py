@@ -30,6 +30,10 @@ the graphs, then run the job) is timed apart (`first_s`), not in the medians. Jo
     is bench_sysid's `run_diffsim`: the whole call, the problem built each time, where the workers
     keep theirs between calls (their first call builds it: `first_s`).
 
+  - sysid_limits (`--jobs sysid_limits`, not by default): the same on bench_sysid's limits problem
+    (issue 35's bar: 32 recordings of 500 steps, every fourth driven onto a joint limit, the 5
+    armatures from 0.01 within [0.001, 1]), `--sysid-iters` at most (give 50, as bench_sysid does).
+
 Bytes crossing per call (`Traffic`: the pickled sizes of what goes to the workers and comes back,
 Ray's own control messages not counted), and for the gradient also with the trajectory sent back;
 for trajopt per iteration (nothing crosses while the solvers iterate); for sysid per LM iteration (one
@@ -55,8 +59,10 @@ import numpy as np
 from .save import write_json
 
 _TUTORIALS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tutorials")
-SIZES = {"gradient": (1024, 100), "trajopt": (64, 0.3), "sysid": (64, 500)}  # worlds and steps (trajopt: horizon, s)
-QUICK = {"gradient": (16, 10), "trajopt": (4, 0.05), "sysid": (4, 20)}
+SIZES = {"gradient": (1024, 100), "trajopt": (64, 0.3), "sysid": (64, 500),  # worlds and steps (trajopt: horizon, s)
+         "sysid_limits": (32, 500)}
+QUICK = {"gradient": (16, 10), "trajopt": (4, 0.05), "sysid": (4, 20), "sysid_limits": (4, 200)}
+JOBS = ("gradient", "trajopt", "sysid", "sysid_limits")
 
 
 def _tutorial(name: str):
@@ -260,14 +266,14 @@ def parallel_capacity(n: int = 10_000_000) -> float:
 
 
 def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacobian: str = "auto",
-                tolerance: float | None = None) -> dict:
+                tolerance: float | None = None, limits: bool = False) -> dict:
   import warnings
 
   from diffsim import SolverSettings, sysid
 
   from . import bench_sysid as bs
 
-  prob = bs.Problem(ntraj, steps, ("armature",))
+  prob = bs.Problem(ntraj, steps, ("armature",), limits=limits)
   guess, recs, names, weights, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
   settings = None if tolerance is None else SolverSettings(tolerance=tolerance)
   kw = dict(bounds=bounds, weights=weights, normalize=False, maxiter=iters, device="cpu", jacobian=jacobian,
@@ -314,7 +320,7 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
   res, one = results["all"], results["1"]
   theta = lambda r: np.asarray(r["theta"] if isinstance(r, dict) else r.theta)
   row = {
-    "job": "sysid", "model": "arm5", "nworld": ntraj, "nstep": steps, "workers": cluster.workers, "jacobian": jacobian,
+    "job": "sysid_limits" if limits else "sysid", "model": "arm5", "at_limit": sum(1 for a in prob.at_limit if a), "nworld": ntraj, "nstep": steps, "workers": cluster.workers, "jacobian": jacobian,
     "nit": res.nit, "nfev": res.nfev, **_summary(times, first),
     "sysid_s": float(np.median(times["sysid"])),
     "speedup_vs_sysid": float(np.median(np.array(times["sysid"]) / np.array(times["all"]))),
@@ -357,7 +363,9 @@ def table(rows: list[dict]) -> str:
     job = r["job"]
     if job == "trajopt":
       job += f" (iLQR, {r['nit']} it, success {100 * r['success_rate']:.0f}%)"
-    if job == "sysid":
+    if job.startswith("sysid"):
+      if r.get("at_limit"):
+        job += f", {r['at_limit']} of {r['nworld']} recordings at the limits"
       job += (f" (LM {r['jacobian']}, {r['nit']} it; mujoco.sysid {r['sysid_s']:.2f} s: {r['speedup_vs_sysid']:.2f}x "
               f"with {r['workers']} workers, {r['speedup_vs_sysid_1']:.2f}x with 1")
       if "sysid_1core_s" in r:
@@ -384,8 +392,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> list[dict]:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--jobs", nargs="+", default=["gradient", "trajopt", "sysid"],
-                      choices=["gradient", "trajopt", "sysid"])
+  parser.add_argument("--jobs", nargs="+", default=["gradient", "trajopt", "sysid"], choices=list(JOBS),
+                      help="sysid_limits: bench_sysid's limits problem (32 recordings of 500 steps, every fourth "
+                           "driven onto a joint limit, armatures from 0.01; issue 35's bar), not run by default")
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--iters", type=int, default=10, help="iLQR iterations of the trajopt job")
@@ -426,12 +435,12 @@ def main(argv=None) -> list[dict]:
         row = bench_trajopt(cluster, *sizes[job], iters, repeats)
       else:
         row = bench_sysid(cluster, *sizes[job], 2 if args.quick else args.sysid_iters, repeats, args.sysid_jacobian,
-                          args.sysid_tolerance)
+                          args.sysid_tolerance, limits=job == "sysid_limits")
         row["solver_tolerance"] = args.sysid_tolerance
       row["cluster_start_s"] = start_s
       row["argv"] = argv_saved
       rows = [r for r in rows if r["job"] != job] + [row]
-      rows.sort(key=lambda r: ["gradient", "trajopt", "sysid"].index(r["job"]))
+      rows.sort(key=lambda r: JOBS.index(r["job"]))
       write_json(path, {"argv": argv_saved, "rows": rows})
       md = os.path.join(args.out, f"{name}_cpu.md")
       with open(md + ".tmp", "w") as f:
