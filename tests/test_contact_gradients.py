@@ -176,6 +176,22 @@ def test_lanes_that_exceed_the_memory_are_refused_before_allocation(monkeypatch)
   assert ro.fd.nlane == nlane
 
 
+def test_few_worlds_on_the_cpu_skip_the_measurement(monkeypatch):
+  # MuJoCo C's MjData (buffer and arena, 4x over per world) bounds MJWarp's Data and step workspaces
+  # with their default capacities: a small problem fits without stepping one and two worlds first
+  scene = diffsim.Scene.from_xml(CONTACT_ONSET, nworld=2, device="cpu")
+  scene.data(3)
+  assert scene._bytes_per_world is None
+  # explicit capacities are not bounded by it; nor is a machine short of memory
+  scene = diffsim.Scene.from_xml(CONTACT_ONSET, nworld=2, device="cpu", njmax=64)
+  scene.data(3)
+  assert scene._bytes_per_world is not None
+  monkeypatch.setattr(diffsim.scene, "available_memory", lambda device: 64 << 20)  # 64 MiB: the bound fails
+  scene = diffsim.Scene.from_xml(CONTACT_ONSET, nworld=2, device="cpu")
+  scene.data(3)  # measured: its 6 worlds fit
+  assert scene._bytes_per_world is not None
+
+
 # The sweep's rows (`benchmarks/bench_contact_gradients.py`: 2 worlds, 20 steps, default settings)
 # that pass the bar with MJWarp matching MuJoCo C and a solid reference, and take under 5 s:
 # bounds about 10x the error measured on this CPU (after each row), at most 1e-2. jdotv's
