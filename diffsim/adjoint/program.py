@@ -3,7 +3,55 @@ adjoints."""
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
+
+
+@wp.kernel(enable_backward=False)
+def _zero_world_rows(
+  # In:
+  nworld: int,
+  ptrs: wp.array[wp.uint64],  # (narray,) arrays `(nworld, ...)` of float32 components
+  widths: wp.array[int],  # (narray,) floats per world of each
+):
+  """Zeroes world `w`'s rows of several arrays in one launch."""
+  w = wp.tid()
+  for i in range(ptrs.shape[0]):
+    a = wp.array(ptr=ptrs[i], shape=(nworld, widths[i]), dtype=float)
+    for j in range(widths[i]):
+      a[w, j] = 0.0
+
+
+def float_widths(arrays: list[wp.array], nrow: int) -> tuple[wp.array, wp.array] | None:
+  """`(ptrs, widths)` of contiguous float32-based arrays `(nrow, ...)`, each viewed as `(nrow, width)` floats,
+  for the fused zero kernels; None if one is not such an array."""
+  if not arrays:
+    return None
+  for a in arrays:
+    if (a.shape[0] != nrow or not a.is_contiguous or getattr(a.dtype, "_wp_scalar_type_", a.dtype) is not wp.float32):
+      return None
+  dev = arrays[0].device
+  ptrs = wp.array(np.array([a.ptr for a in arrays], np.uint64), dtype=wp.uint64, device=dev)
+  widths = wp.array(np.array([a.size * wp.types.type_size_in_bytes(a.dtype) // (4 * nrow) for a in arrays], np.int32),
+                    dtype=int, device=dev)
+  return ptrs, widths
+
+
+def world_zeroer(arrays: list[wp.array], nworld: int):
+  """A function zeroing `arrays` (each `(nworld, ...)`): one launch for the float32 ones (a zero-fill
+  per array was a good part of a small model's launches per replay), a fill for any other."""
+  fused = [a for a in arrays if float_widths([a], nworld) is not None]
+  rest = [a for a in arrays if float_widths([a], nworld) is None]
+  table = float_widths(fused, nworld)
+
+  def zero():
+    if table is not None:
+      wp.launch(_zero_world_rows, dim=nworld, device=fused[0].device, inputs=[nworld, *table])
+    for a in rest:
+      a.zero_()
+
+  zero.arrays = fused  # the launch reads their pointers: keep them alive
+  return zero
 
 
 class _Program:
@@ -21,6 +69,21 @@ class _Program:
     g = wp.zeros(a.shape, dtype=a.dtype, device=self.device)
     self.grads[id(a)] = g
     return g
+
+  def pool(self, grads: list[wp.array]) -> wp.array:
+    """Moves the adjoints `grads` (values of `self.grads`, all zero) into one buffer, as views, so that one
+    fill zeroes them all (a zero-fill per array was half a small model's launches per reverse pass);
+    returns the buffer. Call before anything keeps a reference to them."""
+    key = {id(g): k for k, g in self.grads.items()}
+    offsets, size = [], 0
+    for g in grads:
+      offsets.append(size)
+      size += (g.capacity + 15) // 16 * 16
+    buf = wp.zeros(max(size, 16), dtype=wp.uint8, device=self.device)
+    for g, off in zip(grads, offsets):
+      self.grads[key[id(g)]] = wp.array(ptr=buf.ptr + off, dtype=g.dtype, shape=g.shape, device=self.device)
+    self._pools = getattr(self, "_pools", []) + [buf]  # the views do not own their memory
+    return buf
 
   def launch(self, segment: str, kernel, dim, inputs, outputs, backward: bool = True):
     """Records a launch; `backward=False`: forward only (a discrete choice or an iterate the reverse
