@@ -2,11 +2,13 @@
 
 MJWarp keeps `naconmax` contact slots (48 per world by default) of which a small model fills a few;
 a kernel launched over every slot (and every row of each) pays the per-thread cost of a CPU launch
-(copying its arguments: about 30-40 ns) for each empty one. The contact kernels instead launch
-`contact_threads(...)` threads, each walking a contiguous share of the filled slots `[0, nacon)`
-(`contact_range`), in ascending order, so that on the CPU, where threads run one after another, the
-atomic sums keep the order of one thread per slot. On a GPU a thread per slot (a share of at most one
-contact) keeps the parallelism.
+(its arguments copied for each thread) for each empty one: on a small contact model at many worlds
+that was most of the backward pass (`benchmarks/bench_adjoint.py`'s small contact models). The
+contact kernels instead launch `contact_threads(...)` threads, each walking a contiguous share of
+the filled slots `[0, nacon)` (`contact_range`) in ascending order: on the CPU, where threads run one
+after another, the forward sums keep the order of one thread per slot; the reverse pass walks each
+share backwards, so the adjoints' sums differ from a thread per slot by float32 rounding. On a GPU a
+thread per slot (a share of at most one contact) keeps the parallelism.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from .cones import _elliptic_force, _elliptic_jtdj, _pair_invweight
 from .contact_geometry import _contact_geometry, _contact_locals, _mesh_edge_points
 from .contact_threads import contact_range, contact_threads
 from .constraints import _one_sided_row
-from .program import float_widths
 from .spatial import _MINVAL
 
 _MINMU = float(mujoco.mjMINMU)
@@ -433,26 +432,6 @@ def _rows_jtdj(
               wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, l])
 
 
-@wp.kernel(enable_backward=False)
-def _zero_filled(
-  # In:
-  nthread: int,
-  nacon: wp.array[int],
-  nc: int,
-  ptrs: wp.array[wp.uint64],  # (narray,) contact arrays `(naconmax, ...)` of float32 components
-  widths: wp.array[int],  # (narray,) floats per contact slot of each
-):
-  """Zeroes the filled slots' rows `[0, nacon)` of several contact arrays in one launch (the contact
-  kernels read no others)."""
-  t = wp.tid()
-  span = contact_range(t, nthread, nacon, nc)
-  for i in range(ptrs.shape[0]):
-    a = wp.array(ptr=ptrs[i], shape=(nc, widths[i]), dtype=float)
-    for c in range(span[0], span[1]):
-      for j in range(widths[i]):
-        a[c, j] = 0.0
-
-
 class ContactRows:
   """The contact rows of one replayed step, recorded into the adjoint's program (`_Program`).
 
@@ -477,28 +456,21 @@ class ContactRows:
     self.scene, self.nc = scene, nc
     self.meshes = int((s.mjm.geom_type == mujoco.mjtGeom.mjGEOM_MESH).sum()) >= 2  # mesh-mesh contacts possible
     z = lambda shape, dtype=float: wp.zeros(shape, dtype=dtype, device=s.device)
-    self.arrays = []  # the replay's arrays made here: `(naconmax, ...)`, read only on the filled slots
-
-    def arr_c(shape, dtype=float, grad=True):
-      a = arr(shape, dtype, grad)
-      self.arrays.append(a)
-      return a
-
     self.active = z(nc, int)
     self.mode, self.radius = z(nc, int), z(nc, wp.vec2)
     self.local1, self.local2, self.frame_local = z(nc, wp.vec3), z(nc, wp.vec3), z(nc, wp.mat33)
     self.axis1, self.axis2 = z(nc, wp.vec3), z(nc, wp.vec3)
     self.tangent, self.tmode = z(nc, wp.vec3), z(nc, int)
     self.edge_a, self.edge_b, self.plane_p, self.plane_n = (z(nc, wp.vec3) for _ in range(4))
-    pos, frame, dist = arr_c(nc, wp.vec3), arr_c(nc, wp.mat33), arr_c(nc)
+    pos, frame, dist = arr(nc, wp.vec3), arr(nc, wp.mat33), arr(nc)
     # a row's Jacobian lives on the dofs of its two bodies' trees: at most two trees' dofs
     tree_dofs = int(s.mjm.tree_dofnum.max()) if s.mjm.ntree else nv
     self.ncdof = max(1, min(nv, 2 * tree_dofs))
     self.dofs = z((nc, self.ncdof), int)
-    self.J = arr_c((nc, MAX_CONTACT_ROWS, self.ncdof))
-    Jv, Ja = arr_c((nc, MAX_CONTACT_ROWS)), arr_c((nc, MAX_CONTACT_ROWS))
-    self._sums = [Jv, Ja]  # atomic sums: zeroed on the filled slots once `collide` has counted them
-    self.force, self.D = arr_c((nc, MAX_CONTACT_ROWS)), arr_c((nc, MAX_CONTACT_ROWS), grad=False)
+    self.J = arr((nc, MAX_CONTACT_ROWS, self.ncdof))
+    Jv, Ja = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS))
+    accumulated.extend([Jv, Ja])
+    self.force, self.D = arr((nc, MAX_CONTACT_ROWS)), arr((nc, MAX_CONTACT_ROWS), grad=False)
     self.jtdj = jtdj
     c = d.contact
     frozen = [c.geom, c.worldid]
@@ -509,7 +481,7 @@ class ContactRows:
     spread = [T, d.nacon]
     friction, solref, solimp = c.friction, c.solref, c.solimp
     if s.mjm.npair == 0:  # explicit pairs set their own (and geom_friction, _solref, _solimp Params are refused)
-      friction, solref, solimp = arr_c(nc, vec5), arr_c(nc, wp.vec2), arr_c(nc, vec5)
+      friction, solref, solimp = arr(nc, vec5), arr(nc, wp.vec2), arr(nc, vec5)
       program.launch("step", _contact_friction, T, [*spread, m.geom_priority, m.geom_friction, *frozen, self.active],
                      [friction])
       program.launch("step", _contact_solparams, T,
@@ -529,7 +501,7 @@ class ContactRows:
     h = float(s.mjm.opt.timestep)
     self.friction = friction  # the cones' and the acceleration sensors' (pyramid edges to contact forces)
     if ell:
-      self.zone, self.u, self.cone = z(nc, int), arr_c(rows, grad=False), arr_c(nc, wp.vec4, grad=False)
+      self.zone, self.u, self.cone = z(nc, int), arr(rows, grad=False), arr(nc, wp.vec4, grad=False)
       program.launch("step", _elliptic_force, T,
                      [*spread, h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim,
                       friction, solref, c.solreffriction, solimp, c.includemargin, self.active, dist, Jv, Ja],
@@ -540,26 +512,8 @@ class ContactRows:
                       friction, solref, solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
     program.launch("step", _rows_to_qfrc, T,
                    [*spread, ell, c.worldid, c.dim, self.active, self.dofs, self.J, self.force], [qfrc_constraint])
-    self._zero_sums = self.filled_zeroer(self._sums)
     self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J,
                        contact_dofs=self.dofs)
-
-  def filled_zeroer(self, arrays: list[wp.array]):
-    """A function zeroing the filled slots `[0, nacon)` of `arrays` (each `(naconmax, ...)`, float32
-    based: this replay's contact arrays or their adjoints), after `collide` counted them: a share of
-    `naconmax` instead of every slot (the zero-fills of the contact arrays dominated a small model's
-    backward at many worlds)."""
-    if not arrays:
-      return lambda: None
-    table = float_widths(arrays, self.nc)
-    assert table is not None, "contact arrays are float32 based, (naconmax, ...)"
-    dev, T, nacon, nc = self.scene.device, self.nthread, self.data.nacon, self.nc
-
-    def zero():
-      wp.launch(_zero_filled, dim=T, device=dev, inputs=[T, nacon, nc, *table])
-
-    zero.arrays = list(arrays)  # the launch reads their pointers: keep them alive
-    return zero
 
   def collide(self, qpos: wp.array) -> None:
     """MJWarp's kinematics and collision at `qpos` `(nworld, nq)`; freezes the contacts with rows."""
@@ -585,7 +539,6 @@ class ContactRows:
                         m.mesh_polynormal, d.xpos, d.xmat, d.geom_xpos, d.geom_xmat, c.dist, c.pos, c.frame, c.geom,
                         c.worldid, self.active, self.mode],
                 outputs=[self.edge_a, self.edge_b, self.plane_p, self.plane_n])
-    self._zero_sums()
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""

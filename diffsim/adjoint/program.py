@@ -3,55 +3,7 @@ adjoints."""
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
-
-
-@wp.kernel(enable_backward=False)
-def _zero_world_rows(
-  # In:
-  nworld: int,
-  ptrs: wp.array[wp.uint64],  # (narray,) arrays `(nworld, ...)` of float32 components
-  widths: wp.array[int],  # (narray,) floats per world of each
-):
-  """Zeroes world `w`'s rows of several arrays in one launch."""
-  w = wp.tid()
-  for i in range(ptrs.shape[0]):
-    a = wp.array(ptr=ptrs[i], shape=(nworld, widths[i]), dtype=float)
-    for j in range(widths[i]):
-      a[w, j] = 0.0
-
-
-def float_widths(arrays: list[wp.array], nrow: int) -> tuple[wp.array, wp.array] | None:
-  """`(ptrs, widths)` of contiguous float32-based arrays `(nrow, ...)`, each viewed as `(nrow, width)` floats,
-  for the fused zero kernels; None if one is not such an array."""
-  if not arrays:
-    return None
-  for a in arrays:
-    if (a.shape[0] != nrow or not a.is_contiguous or getattr(a.dtype, "_wp_scalar_type_", a.dtype) is not wp.float32):
-      return None
-  dev = arrays[0].device
-  ptrs = wp.array(np.array([a.ptr for a in arrays], np.uint64), dtype=wp.uint64, device=dev)
-  widths = wp.array(np.array([a.size * wp.types.type_size_in_bytes(a.dtype) // (4 * nrow) for a in arrays], np.int32),
-                    dtype=int, device=dev)
-  return ptrs, widths
-
-
-def world_zeroer(arrays: list[wp.array], nworld: int):
-  """A function zeroing `arrays` (each `(nworld, ...)`): one launch for the float32 ones (a zero-fill
-  per array was a good part of a small model's launches per replay), a fill for any other."""
-  fused = [a for a in arrays if float_widths([a], nworld) is not None]
-  rest = [a for a in arrays if float_widths([a], nworld) is None]
-  table = float_widths(fused, nworld)
-
-  def zero():
-    if table is not None:
-      wp.launch(_zero_world_rows, dim=nworld, device=fused[0].device, inputs=[nworld, *table])
-    for a in rest:
-      a.zero_()
-
-  zero.arrays = fused  # the launch reads their pointers: keep them alive
-  return zero
 
 
 class _Program:

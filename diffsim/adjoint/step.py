@@ -26,7 +26,7 @@ from .dynamics import _accelerations, _body_forces, _damping_diag, _damping_term
 from .equalities import EqualityRows
 from .invweight import InvWeightAdjoint
 from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
-from .program import _Program, world_zeroer
+from .program import _Program
 from .sensors import _sensors, record_acc_sensors
 from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
   _integrator_vjp, _mass_matrix, _rank_ones
@@ -537,13 +537,6 @@ class AnalyticStep:
                                          site_xmat=site_xmat, com=com, cvel=cvel, cacc=cacc_a, cfrc=cfrc_a,
                                          sensordata=self.sensordata)
 
-    # the contact arrays' adjoints are zeroed on the filled contact slots only (`ContactRows.filled_zeroer`)
-    self._zero_contact_grads = lambda: None
-    if self.contacts is not None:
-      G = P.grads
-      contact_grads = [G[id(a)] for a in self.contacts.arrays if id(a) in G]
-      self._zero_contact_grads = self.contacts.filled_zeroer(contact_grads)
-      inter = [g for g in inter if all(g is not c for c in contact_grads)]
     # the other adjoints of the replay in one buffer, the leaves' in another: a fill each
     by_id = {id(g): k for k, g in P.grads.items()}
     self._inter_pool = P.pool(inter)
@@ -551,7 +544,6 @@ class AnalyticStep:
     self._leaves_pool = P.pool(self._leaves)
     self._leaves = [P.grads[by_id[id(g)]] for g in self._leaves]
     self._accumulated = accumulated  # zeroed before each replay (atomics)
-    self._zero_accumulated = world_zeroer(accumulated, n)
     # the replay's forward values, for checks against MJWarp's (`tests/test_adjoint.py`)
     self.values = dict(xpos=xpos, xquat=xquat, xipos=xipos, cinert=cinert, cdof=cdof, qfrc_passive=qfrc_passive,
                        qfrc_actuator=qfrc_actuator, actuator_force=actuator_force, qfrc_constraint=qfrc_constraint,
@@ -588,7 +580,8 @@ class AnalyticStep:
               inputs=[k, self._no_count if count is None else count, traj.qpos, traj.qvel, traj.act, traj.ctrl,
                       self._no_qacc if qacc is None else qacc],
               outputs=[self.qpos, self.qvel, self.act, self.ctrl, self.qacc])
-    self._zero_accumulated()
+    for a in self._accumulated:
+      a.zero_()
     P.forward("state")
     if not with_step:
       return
@@ -664,7 +657,6 @@ class AnalyticStep:
       self.g_acc.zero_()
       P.backward_from(("acc", "step", "state"), [self.sensordata])
       self._inter_pool.zero_()
-      self._zero_contact_grads()
       self.seed_step(k, qvel, lam, integrate=integrate, acc=True)
       P.backward("step")
     elif integrate:
@@ -700,7 +692,6 @@ class AnalyticStep:
     """Zeroes the replay's adjoints (not the parameter fields' accumulated ones) before a reverse pass."""
     self._inter_pool.zero_()
     self._leaves_pool.zero_()
-    self._zero_contact_grads()
 
   def zero_field_grads(self) -> None:
     """Zeroes the parameter fields' adjoints (accumulated over a backward pass or one sweep)."""
