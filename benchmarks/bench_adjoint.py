@@ -3,7 +3,11 @@
 Models (issue 12): cart-pole, the SO-101 with contacts disabled (joint limits and dof friction stay),
 MJWarp's test humanoid with contacts disabled (free root, 21 limited hinges), and the same humanoid with
 its contacts, standing on its floor at the start, and the SO-101 pick scene (the arm and a cube resting on
-the floor; issue 26: contact rows in the adjoint). `nstep` steps from
+the floor; issue 26: contact rows in the adjoint), and four small contact models (issue 35: the adjoint's
+fixed cost, where per-launch overhead dominates): a free box on a plane, a ball with spin on a plane
+(condim 6), a capsule lying on a box (condim 4) and a planar leg (two slides, two hinges, a foot on the
+floor), elliptic cones, each in contact from the first step (`ncon` in the row: contacts of the last
+step over all worlds). `nstep` steps from
 `qpos0` at rest with fixed controls in the middle of their ranges; loss = sum of squares of the final
 `qpos`; gradient d(loss)/d(ctrl). For each model and world count, timed alternately (so that load
 from other processes hits every column alike), each a captured graph replayed:
@@ -88,12 +92,94 @@ def _pick_scene() -> mujoco.MjModel:
   return spec.compile()
 
 
+# the small contact models (issue 35): a few dofs, each touching from the first step
+BOX = """
+<mujoco model="box_on_plane">
+  <option timestep="0.005" cone="elliptic"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5"/>
+    <body name="box" pos="0 0 0.0499">
+      <freejoint name="box"/>
+      <geom name="box" type="box" size="0.05 0.05 0.05" mass="1" friction="0.6"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push_x" joint="box" gear="1 0 0 0 0 0" ctrlrange="-4 4"/>
+    <motor name="push_y" joint="box" gear="0 1 0 0 0 0" ctrlrange="-4 4"/>
+  </actuator>
+</mujoco>
+"""
+BALL = """
+<mujoco model="spinning_ball">
+  <option timestep="0.005" cone="elliptic"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.5 0.01 0.002"/>
+    <body name="ball" pos="0 0 0.0499">
+      <freejoint name="ball"/>
+      <geom name="ball" type="sphere" size="0.05" mass="0.5" condim="6" friction="0.8 0.02 0.005"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push" joint="ball" gear="1 0 0 0 0 0" ctrlrange="-2 2"/>
+    <motor name="spin" joint="ball" gear="0 0 0 0 0 0.05" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+CAPSULE = """
+<mujoco model="capsule_on_box">
+  <option timestep="0.005" cone="elliptic"/>
+  <worldbody>
+    <geom name="table" type="box" pos="0 0 0.05" size="0.3 0.3 0.05"/>
+    <body name="capsule" pos="0 0 0.1299">
+      <freejoint name="capsule"/>
+      <geom name="capsule" type="capsule" fromto="-0.08 0 0 0.08 0 0" size="0.03" mass="0.4" condim="4"
+            friction="0.7 0.01"/>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push" joint="capsule" gear="0 1 0 0 0 0" ctrlrange="-2 2"/>
+    <motor name="twist" joint="capsule" gear="0 0 0 0 0 0.05" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+LEG = """
+<mujoco model="planar_leg">
+  <option timestep="0.005" cone="elliptic"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1" friction="0.8"/>
+    <body name="hip" pos="0 0 0.599">
+      <joint name="x" type="slide" axis="1 0 0" damping="0.1"/>
+      <joint name="z" type="slide" axis="0 0 1" damping="2"/>
+      <geom type="sphere" size="0.06" mass="2" contype="0" conaffinity="0"/>
+      <body name="thigh">
+        <joint name="hip" type="hinge" axis="0 1 0" range="-90 90" damping="0.05"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" mass="0.5" contype="0" conaffinity="0"/>
+        <body name="shin" pos="0 0 -0.3">
+          <joint name="knee" type="hinge" axis="0 1 0" range="-150 0" damping="0.05"/>
+          <geom type="capsule" fromto="0 0 0 0 0 -0.27" size="0.025" mass="0.3" contype="0" conaffinity="0"/>
+          <geom name="foot" type="sphere" pos="0 0 -0.27" size="0.03" mass="0.1"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="hip" joint="hip" gear="3" ctrlrange="-1 1"/>
+    <motor name="knee" joint="knee" gear="3" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+
 MODELS = {
   "cartpole": lambda: mujoco.MjModel.from_xml_path(diffsim.asset_path("cartpole.xml")),
   "so101_no_contacts": lambda: _no_contacts(diffsim.asset_path("so101", "so101_new_calib.xml")),
   "humanoid_no_contacts": _humanoid,
   "humanoid_contacts": _humanoid_standing,
   "so101_pick_scene": _pick_scene,
+  "box_on_plane": lambda: mujoco.MjModel.from_xml_string(BOX),
+  "spinning_ball": lambda: mujoco.MjModel.from_xml_string(BALL),
+  "capsule_on_box": lambda: mujoco.MjModel.from_xml_string(CAPSULE),
+  "planar_leg": lambda: mujoco.MjModel.from_xml_string(LEG),
 }
 
 
@@ -136,6 +222,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int, l
 
   fwd = diffsim.Rollout(scene, nstep, differentiable=False)
   fwd(ctrl)
+  ncon = int(scene.data(1).nacon.numpy().sum())  # the last step's contacts, all worlds
   fns = {"fwd": _graph(scene.device, lambda: fwd(ctrl))}
   grads = {}
   ro = diffsim.Rollout(scene, nstep, gradient="analytic")
@@ -170,7 +257,7 @@ def bench_case(model: str, nworld: int, nstep: int, device: str, repeats: int, l
   ns = scene.nsensordata
   row = {
     "model": model, "nworld": nworld, "nstep": nstep, "device": str(scene.device), "nv": scene.nv,
-    "nu": scene.nu, "nlane": nlane, "repeats": repeats,
+    "nu": scene.nu, "nlane": nlane, "repeats": repeats, "ncon": ncon,
     "fwd_s": med["fwd"], "analytic_s": med["analytic"], "analytic_over_fwd": ratio("analytic", "fwd"),
     "lanes_s": med.get("lanes"), "lanes_over_fwd": ratio("lanes", "fwd") if "lanes" in times else None,
     "analytic_vs_lanes_rel_diff": rel(grads["analytic"], grads["lanes"]) if "lanes" in grads else None,

@@ -24,6 +24,7 @@ import warp as wp
 from mujoco_warp._src.types import vec5
 
 from .constraints import _kbimp, _row_R
+from .contact_threads import contact_range
 
 __all__ = ["ELLIPTIC_TOP", "ELLIPTIC_BOTTOM", "ELLIPTIC_MIDDLE"]
 
@@ -48,6 +49,8 @@ def _pair_invweight(body_invweight0: wp.array2d[wp.vec2], geom_bodyid: wp.array[
 
 @wp.kernel
 def _elliptic_force(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   opt_timestep: float,
   refsafe: int,
@@ -77,9 +80,40 @@ def _elliptic_force(
 ):
   """The forces of an elliptic contact's rows at the solver's acceleration, and what its Hessian
   block needs (`_elliptic_jtdj`)."""
-  c = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      _elliptic_one(c, opt_timestep, refsafe, opt_impratio_invsqrt, body_invweight0, geom_bodyid, contact_geom,
+                    contact_worldid, contact_dim, contact_friction, contact_solref, contact_solreffriction,
+                    contact_solimp, contact_includemargin, dist, Jv, Ja, force_out, zone_out, D_out, u_out, cone_out)
+
+
+@wp.func
+def _elliptic_one(
+  c: int,
+  opt_timestep: float,
+  refsafe: int,
+  opt_impratio_invsqrt: wp.array[float],
+  body_invweight0: wp.array2d[wp.vec2],
+  geom_bodyid: wp.array[int],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  contact_friction: wp.array[vec5],
+  contact_solref: wp.array[wp.vec2],
+  contact_solreffriction: wp.array[wp.vec2],
+  contact_solimp: wp.array[vec5],
+  contact_includemargin: wp.array[float],
+  dist: wp.array[float],
+  Jv: wp.array2d[float],
+  Ja: wp.array2d[float],
+  force_out: wp.array2d[float],
+  zone_out: wp.array[int],
+  D_out: wp.array2d[float],
+  u_out: wp.array2d[float],
+  cone_out: wp.array[wp.vec4],
+):
   dim = contact_dim[c]
   w = contact_worldid[c]
   invweight = _pair_invweight(body_invweight0, geom_bodyid, contact_geom[c], w)
@@ -96,59 +130,59 @@ def _elliptic_force(
     if jar0 < 0.0:
       zone_out[c] = ELLIPTIC_BOTTOM
       force_out[c, 0] = -D0 * jar0
-    return
-  fr = contact_friction[c]
-  ir = opt_impratio_invsqrt[w % opt_impratio_invsqrt.shape[0]]
-  ref = contact_solref[c]
-  srf = contact_solreffriction[c]
-  if srf[0] != 0.0 or srf[1] != 0.0:
-    ref = srf
-  b = _kbimp(opt_timestep, refsafe, ref, solimp, pos)[1]
-  u1 = _u(dim, 1, fr, Ja[c, 1], Jv[c, 1], b)
-  u2 = _u(dim, 2, fr, Ja[c, 2], Jv[c, 2], b)
-  u3 = _u(dim, 3, fr, Ja[c, 3], Jv[c, 3], b)
-  u4 = _u(dim, 4, fr, Ja[c, 4], Jv[c, 4], b)
-  u5 = _u(dim, 5, fr, Ja[c, 5], Jv[c, 5], b)
-  u_out[c, 1] = u1
-  u_out[c, 2] = u2
-  u_out[c, 3] = u3
-  u_out[c, 4] = u4
-  u_out[c, 5] = u5
-  TT = u1 * u1 + u2 * u2 + u3 * u3 + u4 * u4 + u5 * u5
-  T = float(0.0)
-  if TT > 0.0:
-    T = wp.sqrt(TT)
-  mu = fr[0] * ir
-  N = mu * jar0
-  # friction rows' D: the normal's over impratio (1 / ir^2), scaled by friction[j - 1]^2 / friction[0]^2
-  scale = 1.0 / (ir * ir * fr[0] * fr[0])
-  for j in range(1, 6):
-    D_out[c, j] = D0 * scale * fr[j - 1] * fr[j - 1]
-  if N >= mu * T or (T <= 0.0 and N >= 0.0):
-    zone_out[c] = ELLIPTIC_TOP
-    for r in range(6):
-      force_out[c, r] = 0.0
-  elif mu * N + T <= 0.0 or (T <= 0.0 and N < 0.0):
-    zone_out[c] = ELLIPTIC_BOTTOM
-    force_out[c, 0] = -D0 * jar0
-    # jar_j = u_j / friction[j - 1]: f_j = -D_j jar_j = -D0 scale friction[j - 1] u_j
-    force_out[c, 1] = -D0 * scale * fr[0] * u1
-    force_out[c, 2] = -D0 * scale * fr[1] * u2
-    force_out[c, 3] = -D0 * scale * fr[2] * u3
-    force_out[c, 4] = -D0 * scale * fr[3] * u4
-    force_out[c, 5] = -D0 * scale * fr[4] * u5
   else:
-    zone_out[c] = ELLIPTIC_MIDDLE
-    dm = D0 / (mu * mu * (1.0 + mu * mu))
-    nmt = N - mu * T
-    fn = -dm * nmt * mu
-    force_out[c, 0] = fn
-    force_out[c, 1] = -(fn / T) * u1 * fr[0]
-    force_out[c, 2] = -(fn / T) * u2 * fr[1]
-    force_out[c, 3] = -(fn / T) * u3 * fr[2]
-    force_out[c, 4] = -(fn / T) * u4 * fr[3]
-    force_out[c, 5] = -(fn / T) * u5 * fr[4]
-    cone_out[c] = wp.vec4(dm, mu, nmt, T)
+    fr = contact_friction[c]
+    ir = opt_impratio_invsqrt[w % opt_impratio_invsqrt.shape[0]]
+    ref = contact_solref[c]
+    srf = contact_solreffriction[c]
+    if srf[0] != 0.0 or srf[1] != 0.0:
+      ref = srf
+    b = _kbimp(opt_timestep, refsafe, ref, solimp, pos)[1]
+    u1 = _u(dim, 1, fr, Ja[c, 1], Jv[c, 1], b)
+    u2 = _u(dim, 2, fr, Ja[c, 2], Jv[c, 2], b)
+    u3 = _u(dim, 3, fr, Ja[c, 3], Jv[c, 3], b)
+    u4 = _u(dim, 4, fr, Ja[c, 4], Jv[c, 4], b)
+    u5 = _u(dim, 5, fr, Ja[c, 5], Jv[c, 5], b)
+    u_out[c, 1] = u1
+    u_out[c, 2] = u2
+    u_out[c, 3] = u3
+    u_out[c, 4] = u4
+    u_out[c, 5] = u5
+    TT = u1 * u1 + u2 * u2 + u3 * u3 + u4 * u4 + u5 * u5
+    T = float(0.0)
+    if TT > 0.0:
+      T = wp.sqrt(TT)
+    mu = fr[0] * ir
+    N = mu * jar0
+    # friction rows' D: the normal's over impratio (1 / ir^2), scaled by friction[j - 1]^2 / friction[0]^2
+    scale = 1.0 / (ir * ir * fr[0] * fr[0])
+    for j in range(1, 6):
+      D_out[c, j] = D0 * scale * fr[j - 1] * fr[j - 1]
+    if N >= mu * T or (T <= 0.0 and N >= 0.0):
+      zone_out[c] = ELLIPTIC_TOP
+      for r in range(6):
+        force_out[c, r] = 0.0
+    elif mu * N + T <= 0.0 or (T <= 0.0 and N < 0.0):
+      zone_out[c] = ELLIPTIC_BOTTOM
+      force_out[c, 0] = -D0 * jar0
+      # jar_j = u_j / friction[j - 1]: f_j = -D_j jar_j = -D0 scale friction[j - 1] u_j
+      force_out[c, 1] = -D0 * scale * fr[0] * u1
+      force_out[c, 2] = -D0 * scale * fr[1] * u2
+      force_out[c, 3] = -D0 * scale * fr[2] * u3
+      force_out[c, 4] = -D0 * scale * fr[3] * u4
+      force_out[c, 5] = -D0 * scale * fr[4] * u5
+    else:
+      zone_out[c] = ELLIPTIC_MIDDLE
+      dm = D0 / (mu * mu * (1.0 + mu * mu))
+      nmt = N - mu * T
+      fn = -dm * nmt * mu
+      force_out[c, 0] = fn
+      force_out[c, 1] = -(fn / T) * u1 * fr[0]
+      force_out[c, 2] = -(fn / T) * u2 * fr[1]
+      force_out[c, 3] = -(fn / T) * u3 * fr[2]
+      force_out[c, 4] = -(fn / T) * u4 * fr[3]
+      force_out[c, 5] = -(fn / T) * u5 * fr[4]
+      cone_out[c] = wp.vec4(dm, mu, nmt, T)
 
 
 @wp.func
@@ -183,6 +217,8 @@ def _cone_hessian(r: int, s: int, zone: int, D: float, fr: vec5, ur: float, us: 
 
 @wp.kernel(enable_backward=False)
 def _elliptic_jtdj(
+  nthread: int,
+  nacon: wp.array[int],
   # Frozen:
   contact_worldid: wp.array[int],
   contact_dim: wp.array[int],
@@ -198,22 +234,24 @@ def _elliptic_jtdj(
   # Out:
   jtdj_out: wp.array3d[float],  # (nworld, nv, nv) += J_r^T H_rs J_s
 ):
-  c, r, s = wp.tid()
-  if active[c] == 0:
-    return
-  dim = contact_dim[c]
-  if r >= dim or s >= dim:
-    return
-  h = _cone_hessian(r, s, zone[c], D[c, r], contact_friction[c], u[c, r], u[c, s], cone[c])
-  if h == 0.0:
-    return
-  w = contact_worldid[c]
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
   n = dofs.shape[1]
-  for k in range(n):
-    i = dofs[c, k]
-    ji = h * J[c, r, k]
-    if i >= 0 and ji != 0.0:
-      for l in range(n):
-        j = dofs[c, l]
-        if j >= 0:
-          wp.atomic_add(jtdj_out, w, i, j, ji * J[c, s, l])
+  for c in range(span[0], span[1]):
+    if active[c] == 0:
+      continue
+    dim = contact_dim[c]
+    w = contact_worldid[c]
+    for r in range(dim):
+      for s in range(dim):
+        h = _cone_hessian(r, s, zone[c], D[c, r], contact_friction[c], u[c, r], u[c, s], cone[c])
+        if h == 0.0:
+          continue
+        for k in range(n):
+          i = dofs[c, k]
+          ji = h * J[c, r, k]
+          if i >= 0 and ji != 0.0:
+            for l in range(n):
+              j = dofs[c, l]
+              if j >= 0:
+                wp.atomic_add(jtdj_out, w, i, j, ji * J[c, s, l])

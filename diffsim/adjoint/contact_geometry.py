@@ -34,6 +34,8 @@ import warp as wp
 from mujoco_warp._src.math import make_frame
 from mujoco_warp._src.types import ContactType
 
+from .contact_threads import contact_range
+
 _CONSTRAINT = int(ContactType.CONSTRAINT)
 _G = mujoco.mjtGeom
 _PLANE, _SPHERE, _CAPSULE, _CYLINDER = int(_G.mjGEOM_PLANE), int(_G.mjGEOM_SPHERE), int(_G.mjGEOM_CAPSULE), \
@@ -98,6 +100,7 @@ def _face_alignment(geom_type: int, dataid: int, R: wp.mat33, outward: wp.vec3,
 
 @wp.kernel(enable_backward=False)
 def _contact_locals(
+  nthread: int,
   # Model:
   geom_type: wp.array[int],
   geom_bodyid: wp.array[int],
@@ -139,10 +142,54 @@ def _contact_locals(
   point, a cylinder's lowest rim point) in body 2. `_FACE2` (geom 1 round and geom 2 not, or geom 2's
   face along the normal): the same with the bodies' roles swapped. `_ROUND` (both round): the normal
   joins the two core points, a capsule's sliding along its segment unless it is a segment end."""
-  c = wp.tid()
-  active_out[c] = 0
-  if c >= nacon[0]:
-    return
+  t = wp.tid()
+  nc = active_out.shape[0]
+  size = (nc + nthread - 1) / nthread
+  n = nacon[0]
+  for c in range(t * size, wp.min((t + 1) * size, nc)):
+    active_out[c] = 0
+    if c < n:
+      _locals_one(c, geom_type, geom_bodyid, geom_size, geom_dataid, body_isdofancestor, mesh_polyadr, mesh_polynum,
+                  mesh_polynormal, xpos, xmat, geom_xpos, geom_xmat, contact_dist, contact_pos, contact_frame,
+                  contact_includemargin, contact_geom, contact_worldid, contact_type, active_out, mode_out,
+                  local1_out, local2_out, radius_out, frame_out, axis1_out, axis2_out, tangent_out, tmode_out,
+                  dofs_out)
+
+
+@wp.func
+def _locals_one(
+  c: int,
+  geom_type: wp.array[int],
+  geom_bodyid: wp.array[int],
+  geom_size: wp.array2d[wp.vec3],
+  geom_dataid: wp.array2d[int],
+  body_isdofancestor: wp.array2d[int],
+  mesh_polyadr: wp.array[int],
+  mesh_polynum: wp.array[int],
+  mesh_polynormal: wp.array[wp.vec3],
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  geom_xpos: wp.array2d[wp.vec3],
+  geom_xmat: wp.array2d[wp.mat33],
+  contact_dist: wp.array[float],
+  contact_pos: wp.array[wp.vec3],
+  contact_frame: wp.array[wp.mat33],
+  contact_includemargin: wp.array[float],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_type: wp.array[int],
+  active_out: wp.array[int],
+  mode_out: wp.array[int],
+  local1_out: wp.array[wp.vec3],
+  local2_out: wp.array[wp.vec3],
+  radius_out: wp.array[wp.vec2],
+  frame_out: wp.array[wp.mat33],
+  axis1_out: wp.array[wp.vec3],
+  axis2_out: wp.array[wp.vec3],
+  tangent_out: wp.array[wp.vec3],
+  tmode_out: wp.array[int],
+  dofs_out: wp.array2d[int],
+):
   if (contact_type[c] & _CONSTRAINT) == 0:
     return
   dist = contact_dist[c]
@@ -409,6 +456,8 @@ def _mesh_edge_points(
 
 @wp.kernel
 def _contact_geometry(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   geom_bodyid: wp.array[int],
   # Frozen:
@@ -437,9 +486,39 @@ def _contact_geometry(
   dist_out: wp.array[float],  # (naconmax,) signed distance, m
 ):
   """The contact point, frame and distance from the replayed body poses (see `_contact_locals`)."""
-  c = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      _geometry_one(c, geom_bodyid, contact_geom, contact_worldid, mode, local1, local2, radius, frame_local, axis1,
+                    axis2, tangent, tmode, edge_a, edge_b, plane_p, plane_n, xpos, xmat, pos_out, frame_out, dist_out)
+
+
+@wp.func
+def _geometry_one(
+  c: int,
+  geom_bodyid: wp.array[int],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  mode: wp.array[int],
+  local1: wp.array[wp.vec3],
+  local2: wp.array[wp.vec3],
+  radius: wp.array[wp.vec2],
+  frame_local: wp.array[wp.mat33],
+  axis1: wp.array[wp.vec3],
+  axis2: wp.array[wp.vec3],
+  tangent: wp.array[wp.vec3],
+  tmode: wp.array[int],
+  edge_a: wp.array[wp.vec3],
+  edge_b: wp.array[wp.vec3],
+  plane_p: wp.array[wp.vec3],
+  plane_n: wp.array[wp.vec3],
+  xpos: wp.array2d[wp.vec3],
+  xmat: wp.array2d[wp.mat33],
+  pos_out: wp.array[wp.vec3],
+  frame_out: wp.array[wp.mat33],
+  dist_out: wp.array[float],
+):
   w = contact_worldid[c]
   g = contact_geom[c]
   b1 = geom_bodyid[g[0]]

@@ -19,6 +19,7 @@ from mujoco_warp._src.types import vec5
 
 from .cones import _elliptic_force, _elliptic_jtdj, _pair_invweight
 from .contact_geometry import _contact_geometry, _contact_locals, _mesh_edge_points
+from .contact_threads import contact_range, contact_threads
 from .constraints import _one_sided_row
 from .spatial import _MINVAL
 
@@ -42,6 +43,8 @@ def _nrow(dim: int, elliptic: int) -> int:
 
 @wp.kernel
 def _contact_friction(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   geom_priority: wp.array[int],
   geom_friction: wp.array2d[wp.vec3],
@@ -54,9 +57,22 @@ def _contact_friction(
 ):
   """The contact's friction from its geoms' (MJWarp's `contact_material_params`: the higher
   priority's, else the larger of each coefficient), so that `geom_friction` gets its adjoint."""
-  c = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      _friction_one(c, geom_priority, geom_friction, contact_geom, contact_worldid, friction_out)
+
+
+@wp.func
+def _friction_one(
+  c: int,
+  geom_priority: wp.array[int],
+  geom_friction: wp.array2d[wp.vec3],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  friction_out: wp.array[vec5],
+):
   g = contact_geom[c]
   fid = contact_worldid[c] % geom_friction.shape[0]
   f1 = geom_friction[fid, g[0]]
@@ -83,6 +99,8 @@ def _contact_friction(
 
 @wp.kernel
 def _contact_solparams(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   geom_priority: wp.array[int],
   geom_solmix: wp.array2d[float],
@@ -99,9 +117,26 @@ def _contact_solparams(
   """The contact's `solref` and `solimp` from its geoms' (MJWarp's `contact_material_params`: the
   higher priority's, else mixed by `solmix`; the smaller of two direct `solref`s), so that
   `geom_solref` and `geom_solimp` get their adjoints."""
-  c = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      _solparams_one(c, geom_priority, geom_solmix, geom_solref, geom_solimp, contact_geom, contact_worldid,
+                     solref_out, solimp_out)
+
+
+@wp.func
+def _solparams_one(
+  c: int,
+  geom_priority: wp.array[int],
+  geom_solmix: wp.array2d[float],
+  geom_solref: wp.array2d[wp.vec2],
+  geom_solimp: wp.array2d[vec5],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  solref_out: wp.array[wp.vec2],
+  solimp_out: wp.array[vec5],
+):
   g = contact_geom[c]
   w = contact_worldid[c]
   p1 = geom_priority[g[0]]
@@ -133,6 +168,8 @@ def _contact_solparams(
 
 @wp.kernel
 def _contact_jacobian(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   geom_bodyid: wp.array[int],
   body_rootid: wp.array[int],
@@ -156,12 +193,35 @@ def _contact_jacobian(
   """Row `r` of contact `c` (MJWarp's `_efc_contact_jac_dense`): pyramidal cones, the normal plus or
   minus `mu_i` times a tangent, torsional or rolling direction; elliptic cones, the frame's `r`-th
   direction (translational, then rotational)."""
-  c, r = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      for r in range(_nrow(contact_dim[c], elliptic)):
+        _jacobian_row(c, r, geom_bodyid, body_rootid, body_isdofancestor, elliptic, contact_geom, contact_worldid,
+                      contact_dim, contact_friction, dofs, pos, frame, com, cdof, J_out)
+
+
+@wp.func
+def _jacobian_row(
+  c: int,
+  r: int,
+  geom_bodyid: wp.array[int],
+  body_rootid: wp.array[int],
+  body_isdofancestor: wp.array2d[int],
+  elliptic: int,
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  contact_friction: wp.array[vec5],
+  dofs: wp.array2d[int],
+  pos: wp.array[wp.vec3],
+  frame: wp.array[wp.mat33],
+  com: wp.array2d[wp.vec3],
+  cdof: wp.array2d[wp.spatial_vector],
+  J_out: wp.array3d[float],
+):
   dim = contact_dim[c]
-  if r >= _nrow(dim, elliptic):
-    return
   w = contact_worldid[c]
   g = contact_geom[c]
   b1 = geom_bodyid[g[0]]
@@ -203,6 +263,8 @@ def _contact_jacobian(
 
 @wp.kernel
 def _row_products(
+  nthread: int,
+  nacon: wp.array[int],
   elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
@@ -217,21 +279,23 @@ def _row_products(
   Jv_out: wp.array2d[float],  # (naconmax, MAX_CONTACT_ROWS)
   Ja_out: wp.array2d[float],
 ):
-  c, r = wp.tid()
-  if active[c] == 0:
-    return
-  if r >= _nrow(contact_dim[c], elliptic):
-    return
-  w = contact_worldid[c]
-  for k in range(dofs.shape[1]):
-    i = dofs[c, k]
-    if i >= 0:
-      wp.atomic_add(Jv_out, c, r, J[c, r, k] * qvel[w, i])
-      wp.atomic_add(Ja_out, c, r, J[c, r, k] * qacc[w, i])
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      w = contact_worldid[c]
+      for r in range(_nrow(contact_dim[c], elliptic)):
+        for k in range(dofs.shape[1]):
+          i = dofs[c, k]
+          if i >= 0:
+            wp.atomic_add(Jv_out, c, r, J[c, r, k] * qvel[w, i])
+            wp.atomic_add(Ja_out, c, r, J[c, r, k] * qacc[w, i])
 
 
 @wp.kernel
 def _contact_force(
+  nthread: int,
+  nacon: wp.array[int],
   # Model:
   opt_timestep: float,
   refsafe: int,
@@ -257,12 +321,39 @@ def _contact_force(
 ):
   """Row constants (MJWarp's `_efc_contact_update`, `_efc_row`) and the force at the solver's
   acceleration."""
-  c, r = wp.tid()
-  if active[c] == 0:
-    return
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      for r in range(_nrow(contact_dim[c], 0)):
+        _pyramid_row(c, r, opt_timestep, refsafe, opt_impratio_invsqrt, body_invweight0, geom_bodyid, contact_geom,
+                     contact_worldid, contact_dim, contact_friction, contact_solref, contact_solimp,
+                     contact_includemargin, dist, Jv, Ja, force_out, D_out)
+
+
+@wp.func
+def _pyramid_row(
+  c: int,
+  r: int,
+  opt_timestep: float,
+  refsafe: int,
+  opt_impratio_invsqrt: wp.array[float],
+  body_invweight0: wp.array2d[wp.vec2],
+  geom_bodyid: wp.array[int],
+  contact_geom: wp.array[wp.vec2i],
+  contact_worldid: wp.array[int],
+  contact_dim: wp.array[int],
+  contact_friction: wp.array[vec5],
+  contact_solref: wp.array[wp.vec2],
+  contact_solimp: wp.array[vec5],
+  contact_includemargin: wp.array[float],
+  dist: wp.array[float],
+  Jv: wp.array2d[float],
+  Ja: wp.array2d[float],
+  force_out: wp.array2d[float],
+  D_out: wp.array2d[float],
+):
   dim = contact_dim[c]
-  if r >= _nrow(dim, 0):
-    return
   w = contact_worldid[c]
   invweight = _pair_invweight(body_invweight0, geom_bodyid, contact_geom[c], w)
   if dim > 1:
@@ -277,6 +368,8 @@ def _contact_force(
 
 @wp.kernel
 def _rows_to_qfrc(
+  nthread: int,
+  nacon: wp.array[int],
   elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
@@ -289,20 +382,22 @@ def _rows_to_qfrc(
   # Out (zeroed):
   qfrc_out: wp.array2d[float],  # (nworld, nv) J^T force
 ):
-  c, r = wp.tid()
-  if active[c] == 0:
-    return
-  if r >= _nrow(contact_dim[c], elliptic):
-    return
-  w = contact_worldid[c]
-  for k in range(dofs.shape[1]):
-    i = dofs[c, k]
-    if i >= 0:
-      wp.atomic_add(qfrc_out, w, i, J[c, r, k] * force[c, r])
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
+  for c in range(span[0], span[1]):
+    if active[c] != 0:
+      w = contact_worldid[c]
+      for r in range(_nrow(contact_dim[c], elliptic)):
+        for k in range(dofs.shape[1]):
+          i = dofs[c, k]
+          if i >= 0:
+            wp.atomic_add(qfrc_out, w, i, J[c, r, k] * force[c, r])
 
 
 @wp.kernel(enable_backward=False)
 def _rows_jtdj(
+  nthread: int,
+  nacon: wp.array[int],
   elliptic: int,
   # Frozen:
   contact_worldid: wp.array[int],
@@ -315,25 +410,26 @@ def _rows_jtdj(
   # Out:
   jtdj_out: wp.array3d[float],  # (nworld, nv, nv) += J^T D J of the quadratic rows
 ):
-  c, r = wp.tid()
-  if active[c] == 0:
-    return
-  # rows past the contact's own are stale (J and D are reused across steps and contacts)
-  if r >= _nrow(contact_dim[c], elliptic):
-    return
-  d = D[c, r]
-  if d == 0.0:
-    return
-  w = contact_worldid[c]
+  t = wp.tid()
+  span = contact_range(t, nthread, nacon, active.shape[0])
   n = dofs.shape[1]
-  for k in range(n):
-    i = dofs[c, k]
-    ji = d * J[c, r, k]
-    if i >= 0 and ji != 0.0:
-      for l in range(n):
-        j = dofs[c, l]
-        if j >= 0:
-          wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, l])
+  for c in range(span[0], span[1]):
+    if active[c] == 0:
+      continue
+    w = contact_worldid[c]
+    # rows past the contact's own are stale (J and D are reused across steps and contacts)
+    for r in range(_nrow(contact_dim[c], elliptic)):
+      d = D[c, r]
+      if d == 0.0:
+        continue
+      for k in range(n):
+        i = dofs[c, k]
+        ji = d * J[c, r, k]
+        if i >= 0 and ji != 0.0:
+          for l in range(n):
+            j = dofs[c, l]
+            if j >= 0:
+              wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, l])
 
 
 class ContactRows:
@@ -380,39 +476,42 @@ class ContactRows:
     frozen = [c.geom, c.worldid]
     refsafe = 0 if off & mujoco.mjtDisableBit.mjDSBL_REFSAFE else 1
     rows = (nc, MAX_CONTACT_ROWS)
+    # each contact kernel walks the filled slots `[0, nacon)`, not every slot (`contact_threads.py`)
+    self.nthread = T = contact_threads(nc, s.nworld, s.device)
+    spread = [T, d.nacon]
     friction, solref, solimp = c.friction, c.solref, c.solimp
     if s.mjm.npair == 0:  # explicit pairs set their own (and geom_friction, _solref, _solimp Params are refused)
       friction, solref, solimp = arr(nc, vec5), arr(nc, wp.vec2), arr(nc, vec5)
-      program.launch("step", _contact_friction, nc, [m.geom_priority, m.geom_friction, *frozen, self.active],
+      program.launch("step", _contact_friction, T, [*spread, m.geom_priority, m.geom_friction, *frozen, self.active],
                      [friction])
-      program.launch("step", _contact_solparams, nc,
-                     [m.geom_priority, m.geom_solmix, m.geom_solref, m.geom_solimp, *frozen, self.active],
+      program.launch("step", _contact_solparams, T,
+                     [*spread, m.geom_priority, m.geom_solmix, m.geom_solref, m.geom_solimp, *frozen, self.active],
                      [solref, solimp])
-    program.launch("step", _contact_geometry, nc,
-                   [m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
+    program.launch("step", _contact_geometry, T,
+                   [*spread, m.geom_bodyid, *frozen, self.active, self.mode, self.local1, self.local2, self.radius,
                     self.frame_local, self.axis1, self.axis2, self.tangent, self.tmode, self.edge_a, self.edge_b,
                     self.plane_p, self.plane_n, xpos, xmat],
                    [pos, frame, dist])
     ell = self.elliptic = int(s.mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC)
-    program.launch("step", _contact_jacobian, rows,
-                   [m.geom_bodyid, m.body_rootid, m.body_isdofancestor, ell, *frozen, c.dim, friction, self.active,
-                    self.dofs, pos, frame, com, cdof], [self.J])
-    program.launch("step", _row_products, rows,
-                   [ell, c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc], [Jv, Ja])
+    program.launch("step", _contact_jacobian, T,
+                   [*spread, m.geom_bodyid, m.body_rootid, m.body_isdofancestor, ell, *frozen, c.dim, friction,
+                    self.active, self.dofs, pos, frame, com, cdof], [self.J])
+    program.launch("step", _row_products, T,
+                   [*spread, ell, c.worldid, c.dim, self.active, self.dofs, self.J, qvel, qacc], [Jv, Ja])
     h = float(s.mjm.opt.timestep)
     self.friction = friction  # the cones' and the acceleration sensors' (pyramid edges to contact forces)
     if ell:
       self.zone, self.u, self.cone = z(nc, int), arr(rows, grad=False), arr(nc, wp.vec4, grad=False)
-      program.launch("step", _elliptic_force, nc,
-                     [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
-                      solref, c.solreffriction, solimp, c.includemargin, self.active, dist, Jv, Ja],
+      program.launch("step", _elliptic_force, T,
+                     [*spread, h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim,
+                      friction, solref, c.solreffriction, solimp, c.includemargin, self.active, dist, Jv, Ja],
                      [self.force, self.zone, self.D, self.u, self.cone])
     else:
-      program.launch("step", _contact_force, rows,
-                     [h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim, friction,
-                      solref, solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
-    program.launch("step", _rows_to_qfrc, rows,
-                   [ell, c.worldid, c.dim, self.active, self.dofs, self.J, self.force], [qfrc_constraint])
+      program.launch("step", _contact_force, T,
+                     [*spread, h, refsafe, m.opt.impratio_invsqrt, m.body_invweight0, m.geom_bodyid, *frozen, c.dim,
+                      friction, solref, solimp, c.includemargin, self.active, dist, Jv, Ja], [self.force, self.D])
+    program.launch("step", _rows_to_qfrc, T,
+                   [*spread, ell, c.worldid, c.dim, self.active, self.dofs, self.J, self.force], [qfrc_constraint])
     self.values = dict(contact_pos=pos, contact_frame=frame, contact_dist=dist, contact_J=self.J,
                        contact_dofs=self.dofs)
 
@@ -425,8 +524,8 @@ class ContactRows:
     mjw.kinematics(s.model, d)
     mjw.collision(s.model, d)
     c = d.contact
-    wp.launch(_contact_locals, dim=self.nc, device=s.device,
-              inputs=[s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
+    wp.launch(_contact_locals, dim=self.nthread, device=s.device,
+              inputs=[self.nthread, s.model.geom_type, s.model.geom_bodyid, s.model.geom_size, s.model.geom_dataid,
                       s.model.body_isdofancestor, s.model.mesh_polyadr, s.model.mesh_polynum,
                       s.model.mesh_polynormal, d.nacon, d.xpos, d.xmat, d.geom_xpos, d.geom_xmat, c.dist,
                       c.pos, c.frame, c.includemargin, c.geom, c.worldid, c.type],
@@ -445,10 +544,11 @@ class ContactRows:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""
     c = self.data.contact
     if self.elliptic:
-      wp.launch(_elliptic_jtdj, dim=(self.nc, 6, 6), device=self.scene.device,
-                inputs=[c.worldid, c.dim, self.friction, self.active, self.dofs, self.J, self.zone, self.D, self.u,
-                        self.cone], outputs=[self.jtdj])
+      wp.launch(_elliptic_jtdj, dim=self.nthread, device=self.scene.device,
+                inputs=[self.nthread, self.data.nacon, c.worldid, c.dim, self.friction, self.active, self.dofs, self.J,
+                        self.zone, self.D, self.u, self.cone], outputs=[self.jtdj])
     else:
-      wp.launch(_rows_jtdj, dim=(self.nc, MAX_CONTACT_ROWS), device=self.scene.device,
-                inputs=[0, c.worldid, c.dim, self.active, self.dofs, self.J, self.D], outputs=[self.jtdj])
+      wp.launch(_rows_jtdj, dim=self.nthread, device=self.scene.device,
+                inputs=[self.nthread, self.data.nacon, 0, c.worldid, c.dim, self.active, self.dofs, self.J, self.D],
+                outputs=[self.jtdj])
 

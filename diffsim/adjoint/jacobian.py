@@ -284,13 +284,11 @@ class AnalyticJacobian:
     if self._K is None:
       self._K = wp.zeros((s.nworld, ninv, max(a.nparam, 1)), dtype=float, device=s.device)
     for e in range(ninv):
-      for g in a._field_grads:
-        g.zero_()
+      a.zero_field_grads()
       wp.launch(_unit_invweight, dim=(iw.G_body.shape[0], max(s.mjm.nbody, s.nv)), device=s.device, inputs=[e],
                 outputs=[iw.G_body, iw.G_dof])
       iw.run()
-      self._theta.zero_()
-      a.gather_params(self._theta)
+      a.gather_theta(self._theta)
       wp.launch(_store_column, dim=(s.nworld, a.nparam), device=s.device, inputs=[e, self._theta], outputs=[self._K])
 
   def begin(self) -> None:
@@ -342,8 +340,8 @@ class AnalyticJacobian:
     a, s = self.analytic, self.scene
     n, P = s.nworld, a.program
     G = P.grads
-    for g in a._inter + a._leaves + a._field_grads:
-      g.zero_()
+    a.zero_grads()
+    a.zero_field_grads()
     if state_row:
       wp.launch(_unit_state, dim=(n, s.nx), device=s.device, inputs=[row], outputs=[self._lam])
       a.seed_step(0, self._qvel, self._lam)
@@ -355,8 +353,7 @@ class AnalyticJacobian:
       else:
         P.backward_from(("state",), [a.sensordata])
     if a.nparam:
-      self._theta.zero_()
-      a.gather_params(self._theta)
+      a.gather_theta(self._theta)
       if a.invweight is not None:
         iw = a.invweight
         wp.launch(_apply_invweight, dim=(n, a.nparam), device=s.device, inputs=[iw.G_body, iw.G_dof, self._K],

@@ -210,6 +210,28 @@ def _gather_param_grad(
     value_grad[w, offset + i] += scale * field_grad[w % field_grad.shape[0], c]
 
 
+@wp.kernel(enable_backward=False)
+def _gather_theta(
+  # In:
+  ptrs: wp.array2d[wp.uint64],  # (2, nparam) column j's field adjoint, flat (row 0) and the tied bias's (row 1)
+  shape: wp.array3d[int],  # (2, 2, nparam) their rows and floats per row
+  cols: wp.array2d[int],  # (2, nparam) column j's column in each (-1: none)
+  # Out:
+  theta_out: wp.array2d[float],  # (nworld, nparam)
+):
+  w, j = wp.tid()
+  g = float(0.0)
+  c = cols[0, j]
+  if c >= 0:
+    f = wp.array(ptr=ptrs[0, j], shape=(shape[0, 0, j], shape[0, 1, j]), dtype=float)
+    g += f[w % shape[0, 0, j], c]
+  c = cols[1, j]
+  if c >= 0:
+    f = wp.array(ptr=ptrs[1, j], shape=(shape[1, 0, j], shape[1, 1, j]), dtype=float)
+    g += -1.0 * f[w % shape[1, 0, j], c]
+  theta_out[w, j] = g
+
+
 def _tables(mjm: mujoco.MjModel):
   """Host tables of the kinematic tree: (body, dof of it or an ancestor) pairs, (dof, dof moving its
   axis) pairs, and the dofs whose axes do not move (a free joint's translation)."""
@@ -342,6 +364,13 @@ class AnalyticStep:
     self._param_grads = [P.grads[id(model_field(m, p.field))] for p in self.layout.params]
     self._field_grads = list({id(g): g for g in self._param_grads + (
       [P.grads[id(m.actuator_biasprm)]] if id(m.actuator_biasprm) in P.grads else [])}.values())
+    # in one buffer (one fill zeroes them), before anything else holds them
+    field_key = {id(g): k for k, g in P.grads.items()}
+    self._field_pool = P.pool(self._field_grads) if self._field_grads else None
+    self._field_grads = [P.grads[field_key[id(g)]] for g in self._field_grads]
+    self._param_grads = [P.grads[id(model_field(m, p.field))] for p in self.layout.params]
+    self._theta_table = self._gather_table(P) if self.nparam else None
+    self._extra_field_grads = []  # invweight0's adjoints (`InvWeightAdjoint`)
 
     inter = []
 
@@ -494,6 +523,7 @@ class AnalyticStep:
     if self.constrained and {"body_mass", "body_inertia", "dof_armature"} & {p.field for p in self.layout.params}:
       self.invweight = InvWeightAdjoint(s, P, self.body_dof)
       self._field_grads += [self.invweight.G_body, self.invweight.G_dof]
+      self._extra_field_grads = [self.invweight.G_body, self.invweight.G_dof]
     P.launch("step", _add_forces, (n, nv), [qfrc_passive, qfrc_actuator, qfrc_constraint], [self.force])
     # the acceleration-stage sensors read `a` itself: the IFT's residual at `a` is then needed without rows too
     self.acc_sensors = bool(sensors_on) and bool(np.isin(mjm.sensor_type, ACC_SENSORS).any())
@@ -507,7 +537,12 @@ class AnalyticStep:
                                          site_xmat=site_xmat, com=com, cvel=cvel, cacc=cacc_a, cfrc=cfrc_a,
                                          sensordata=self.sensordata)
 
-    self._inter = inter
+    # the other adjoints of the replay in one buffer, the leaves' in another: a fill each
+    by_id = {id(g): k for k, g in P.grads.items()}
+    self._inter_pool = P.pool(inter)
+    self._inter = [P.grads[by_id[id(g)]] for g in inter]
+    self._leaves_pool = P.pool(self._leaves)
+    self._leaves = [P.grads[by_id[id(g)]] for g in self._leaves]
     self._accumulated = accumulated  # zeroed before each replay (atomics)
     # the replay's forward values, for checks against MJWarp's (`tests/test_adjoint.py`)
     self.values = dict(xpos=xpos, xquat=xquat, xipos=xipos, cinert=cinert, cdof=cdof, qfrc_passive=qfrc_passive,
@@ -621,8 +656,7 @@ class AnalyticStep:
     if self.acc_sensors:
       self.g_acc.zero_()
       P.backward_from(("acc", "step", "state"), [self.sensordata])
-      for g in self._inter:
-        g.zero_()
+      self._inter_pool.zero_()
       self.seed_step(k, qvel, lam, integrate=integrate, acc=True)
       P.backward("step")
     elif integrate:
@@ -636,14 +670,12 @@ class AnalyticStep:
     self.rebuild()
     s, P = self.scene, self.program
     n, G = s.nworld, self.program.grads
-    for g in self._field_grads:
-      g.zero_()
+    self.zero_field_grads()
     for k in range(nstep, -1, -1):
       with_step = k < nstep
       kc = min(k, nstep - 1)
       self.replay(traj, qacc, k, with_step or self.acc_sensors)
-      for g in self._inter + self._leaves:
-        g.zero_()
+      self.zero_grads()
       if self.scene.nsensordata:
         wp.launch(_copy_row, dim=(n, s.nsensordata), device=s.device, inputs=[k, traj.sensordata.grad],
                   outputs=[G[id(self.sensordata)]])
@@ -655,6 +687,46 @@ class AnalyticStep:
     if self.invweight is not None:
       self.invweight.run()
     self.gather_params()
+
+  def zero_grads(self) -> None:
+    """Zeroes the replay's adjoints (not the parameter fields' accumulated ones) before a reverse pass."""
+    self._inter_pool.zero_()
+    self._leaves_pool.zero_()
+
+  def zero_field_grads(self) -> None:
+    """Zeroes the parameter fields' adjoints (accumulated over a backward pass or one sweep)."""
+    if self._field_pool is not None:
+      self._field_pool.zero_()
+    for g in self._extra_field_grads:
+      g.zero_()
+
+  def _gather_table(self, P) -> tuple:
+    """Per column `j` of `theta` `(nparam,)`: its field adjoint's pointer, rows and floats per row, its
+    column there (-1: none), and the same for the tied bias (`gather_theta`)."""
+    m, G = self.scene.model, P.grads
+    cols = np.full((2, self.nparam), -1, np.int32)
+    ptrs = np.zeros((2, self.nparam), np.uint64)
+    shape = np.ones((2, 2, self.nparam), np.int32)
+    views = []
+    for p, off, (pc, tie), g in zip(self.layout.params, self.layout.offsets, self.layout.columns, self._param_grads):
+      off = int(off)
+      for t, (src, c) in enumerate(((flat_rows(g, p.width), pc), (None if tie is None else flat_rows(
+          G[id(m.actuator_biasprm)], 10), tie))):
+        if src is None:
+          continue
+        views.append(src)
+        sl = slice(off, off + p.dim)
+        cols[t, sl], ptrs[t, sl], shape[t, 0, sl], shape[t, 1, sl] = c.numpy(), src.ptr, src.shape[0], src.shape[1]
+    dev = self.scene.device
+    return (wp.array(ptrs, dtype=wp.uint64, device=dev), wp.array(shape, dtype=int, device=dev),
+            wp.array(cols, dtype=int, device=dev), views)
+
+  def gather_theta(self, theta: wp.array) -> None:
+    """Sets `theta` `(nworld, nparam)` to the parameters' adjoints (their fields' and the tied bias's),
+    in one launch (`gather_params` into zeros, bit for bit)."""
+    ptrs, shape, cols, _ = self._theta_table
+    wp.launch(_gather_theta, dim=(self.scene.nworld, self.nparam), device=self.scene.device,
+              inputs=[ptrs, shape, cols], outputs=[theta])
 
   def gather_params(self, theta_grad: wp.array | None = None) -> None:
     """Adds the parameters' adjoints (their fields' and the tied bias's) to each `Param.value.grad`,
