@@ -36,7 +36,7 @@ says why in `mjx_skipped` and the table under it.
 
 On a GPU the lanes run in parallel inside one graph, so their cost relative to the forward pass
 falls towards `nlane` times the per-world work at full occupancy, while the analytic backward is a
-fixed number of launches per step (about 30) over `nworld` threads: at small world counts both are
+fixed number of launches per step (58-102, cart-pole to the pick scene) over `nworld` threads: at small world counts both are
 launch-bound, at large ones the analytic adjoint's work is a small constant multiple of a forward
 step. MJX's forward pass is 7-9x faster than MJWarp's on this CPU (XLA vectorizes over worlds,
 Warp's CPU kernels run on one thread); on a GPU MJWarp's forward is the faster one, which the
