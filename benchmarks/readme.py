@@ -389,28 +389,27 @@ def startup(results: str) -> str:
           + f"): importing `mujoco_warp` alone takes {_f(imports['mujoco_warp'])} s (Warp builds its kernels'\n"
           f"definitions at import; `warp` itself {_f(imports['warp'])} s, `mujoco` {_f(imports['mujoco'])} s),\n"
           "and MJWarp's first step hashes and loads its cached kernel modules (`python -m benchmarks.bench_startup`,\n"
-          f"median of {rows['import diffsim']['repeats']} fresh processes each)." + _startup_tests(rows))
+          f"median of {rows['import diffsim']['repeats']} fresh processes each)." + _startup_tests(sec["startup"]))
 
 
-def _startup_tests(rows: dict) -> str:
+def _startup_tests(section: list[dict]) -> str:
   """The start-up paragraph's sentences on `mujoco.sysid`'s test problems, where measured."""
-  floor = next((r["wall_s"] for w, r in rows.items() if "upstream floor" in w), None)
-  arm = next((r for w, r in rows.items() if w.startswith("diffsim sysid (arm")), None)
-  if floor is None or arm is None:
+  floor = next((r["wall_s"] for r in section if "upstream floor" in r["what"]), None)
+  # per problem, in bench_startup's order: the whole process, --no-plots, mujoco.sysid's API call
+  runs = {name: [r["wall_s"] for r in section if r.get("problem") == name] for name in ("arm", "spring-mass")}
+  arm = next((r for r in section if r.get("problem") == "arm" and "rel_error" in r), None)
+  if floor is None or arm is None or len(runs["arm"]) != 3:
     return ""
-  names = list(rows)
-  i = names.index(arm["what"])
-  bare, api = rows[names[i + 1]]["wall_s"], rows[names[i + 2]]["wall_s"]
-  sm = next((r for w, r in rows.items() if w.startswith("diffsim sysid (spring-mass, mujoco")), None)
+  whole, bare, api = runs["arm"]
   txt = (f"\nOn `mujoco.sysid`'s own arm test (5 armatures from 0.01, 999 samples) the whole process takes "
-         f"{_f(arm['wall_s'], 2)} s\n({_f(bare, 2)} s with `--no-plots`; error {sci(arm['rel_error'])}; the answer is "
+         f"{_f(whole, 2)} s\n({_f(bare, 2)} s with `--no-plots`; error {sci(arm['rel_error'])}; the answer is "
          f"printed before the plots are drawn, by a second\nprocess that imports matplotlib while the solve runs), "
          f"against {_f(api, 2)} s for `mujoco.sysid`'s API call in a warm process;\n"
          f"a process that only imports Warp and MuJoCo Warp takes {_f(floor, 2)} s, the floor every command pays")
-  if sm is not None:
-    j = names.index(sm["what"])
-    txt += (f"\n(the spring-mass test: {_f(sm['wall_s'], 2)} s, {_f(rows[names[j + 1]]['wall_s'], 2)} s with "
-            f"`--no-plots`)")
+  if len(runs["spring-mass"]) == 3:
+    whole, bare, api = runs["spring-mass"]
+    txt += (f"\n(the spring-mass test: {_f(whole, 2)} s, {_f(bare, 2)} s with `--no-plots`, `mujoco.sysid` "
+            f"{_f(api, 2)} s)")
   return txt + "."
 
 
