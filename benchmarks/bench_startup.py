@@ -5,8 +5,8 @@
 The problem (issue 15): a one-parameter spring-mass (slide joint, damping 0.3 -> 0.5), 500 samples of
 2 ms, identified by `diffsim sysid` as a fresh process (Python start, imports, Warp start, loading
 the cached kernels, the solve, params.json, model.xml and plots). The kernel cache is warmed by one
-untimed run first, and diffsim's modules are byte-compiled (`compileall`) as a first run leaves them. Each row is the median of `--repeats` fresh processes; the import breakdown of
-the heavy dependencies (`python -X importtime`) says where a run's start goes. One more run, with
+untimed run first, and diffsim's modules are byte-compiled (`compileall`) as a first run leaves them.
+Each row is the median of `--repeats` fresh processes; the import breakdown of the heavy dependencies (`python -X importtime`) says where a run's start goes. One more run, with
 `WARP_CACHE_PATH` at an empty folder, is a first run on a new machine: Warp compiles every kernel the
 command needs (MJWarp's included).
 

@@ -27,7 +27,8 @@ import warnings
 import mujoco
 import numpy as np
 
-__all__ = ["SysidTest", "PROBLEMS", "load", "run_mujoco_sysid", "run_diffsim", "guess_model", "write_cli_inputs", "rel_error"]
+__all__ = ["SysidTest", "PROBLEMS", "load", "run_mujoco_sysid", "run_diffsim", "guess_model", "write_cli_inputs",
+           "rel_error"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -459,13 +459,14 @@ class Scene:
     raise MemoryError(message)
 
   def _fits_without_measuring(self, nlane: int, free: int) -> bool:
-    """Whether the worlds surely fit on the CPU without `memory_estimate` (two `put_data` and two
-    steps, ~50 ms, a sixth of a small identification): MuJoCo C's own `MjData` for the model, its
-    buffer and its arena (which holds the constraint and contact storage `<size memory=...>`
+    """Whether the worlds fit on the CPU by a bound that needs no `memory_estimate` (two `put_data`
+    and two steps, ~50 ms, a sixth of a small identification): MuJoCo C's own `MjData` for the
+    model, its buffer and its arena (the constraint and contact storage `<size memory=...>`
     reserves; at least 16 MiB, for a model that sets a tiny arena), `CPU_BOUND_MARGIN` times over
-    per world, is within `MEMORY_FRACTION` of the free memory. MJWarp's Data and step workspaces per world measured 0.1-1.1% of that figure on the
-    arm, the humanoid and MJWarp's collision test model, with capacities from the MjData; explicit
-    `nconmax` / `njmax` are not bounded by it, nor is a CUDA device, where the check refuses."""
+    per world, within `MEMORY_FRACTION` of the free memory. MJWarp's Data and step workspaces per
+    world measured 0.1-1.1% of that figure on the arm, the humanoid and MJWarp's collision test
+    model, with capacities from the MjData. Explicit `nconmax` / `njmax` are not bounded by it, and
+    a CUDA device, where the check refuses, always measures."""
     if _allocations_committed(self.device) or self._nconmax is not None or self._njmax is not None:
       return False
     per_world = CPU_BOUND_MARGIN * max(self.mjm.nbuffer + self.mjm.narena, 16 << 20)

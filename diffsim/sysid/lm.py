@@ -18,9 +18,9 @@ and the residual Jacobian has no more columns than the analytic step runs revers
 that is cheaper once the trajectories leave the constraints (`_return_directional`: an initial guess
 far off swings the model into limits the truth stays clear of). Else it starts with the directional
 one (forward mode: `1 + ncol` lanes per world, against `1 + nx + nlayout` for the lanes' step
-Jacobians), the derivative of a smooth step map while the nominal trajectories meet no constraint row, and turns to `"forward"` for good once they
-do, or once its steps converge linearly (its error, first order in the parameter step, is that of a
-difference over the whole trajectory; see `_leave_directional`, `_refine_directional`). Issue 27:
+Jacobians), the derivative of a smooth step map while the nominal trajectories meet no constraint
+row, and turns to `"forward"` for good once they do, or once its steps converge linearly (its error,
+first order in the parameter step, is that of a difference over the whole trajectory; see `_leave_directional`, `_refine_directional`). Issue 27:
 on 64 smooth recordings of bench_sysid's arm, 6 lanes per recording instead of 21.
 
 Where the nominal trajectories cross constraint switches (`Problem.linearize`: a limit or contact
