@@ -49,8 +49,7 @@ def test_so101_push(tmp_path, capsys):
   # adjoint, against 1.0 cm; about 45 s on the 2-core CPU). Not L-BFGS at 4 worlds: its one line
   # search over the stacked worlds stops after 4-7 iterations on a float32 plateau of the summed
   # cost, median 0.39 or 1.29 cm as the adjoint's rounding changed.
-  code = _load("08_so101_push.py").main(["--test", "--device", DEVICE, "--out", str(tmp_path),
-                                         "--method", "adam", "--iters", "120"])
+  code = _load("08_so101_push.py").main(["--test", "--device", DEVICE, "--out", str(tmp_path)])
   out = capsys.readouterr().out
   assert code == 0, out
   assert "test passed" in out, out
