@@ -7,7 +7,9 @@ parameter traces.
 
 from __future__ import annotations
 
+import functools
 import os
+from typing import Callable
 
 import mujoco
 import numpy as np
@@ -16,7 +18,7 @@ import numpy as np
 # joint types whose qpos is the joint coordinate (mujoco's enum; `diffsim.joints` would import Warp)
 HINGE, SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
 
-__all__ = ["figure", "save_png", "sysid_plots", "plot_signals", "plot_cost", "plot_params"]
+__all__ = ["figure", "save_png", "sysid_plots", "sysid_plot_jobs", "plot_signals", "plot_cost", "plot_params"]
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, row_height: float = 2.2, sharex: bool = True):
@@ -149,18 +151,25 @@ def sysid_plots(result, out, *, max_recordings: int = MAX_SIGNAL_PLOTS, truth: d
     max_recordings: plot the signals of at most this many recordings (at most `MAX_SIGNAL_PLOTS`).
     truth: `{name: value}` reference values drawn in `params.png`.
   """
+  return {key: draw() for key, draw in sysid_plot_jobs(result, out, max_recordings=max_recordings, truth=truth)}
+
+
+def sysid_plot_jobs(result, out, *, max_recordings: int = MAX_SIGNAL_PLOTS,
+                    truth: dict | None = None) -> list[tuple[str, Callable[[], str]]]:
+  """`sysid_plots`' figures as `(key, draw)` pairs, each `draw()` writing one PNG and returning its
+  path: independent of each other, so that `diffsim.plot_process` can draw them side by side."""
   sig = result.signals
-  files = {}
+  jobs = []
   for i, rec in enumerate(sig.recordings[:min(max_recordings, MAX_SIGNAL_PLOTS)]):
     name = "signals.png" if i == 0 else f"signals_{i}.png"
-    files[f"signals{'' if i == 0 else '_' + str(i)}"] = plot_signals(
-      os.path.join(out, name), sig.model, rec, sig.before[i], sig.after[i],
-      title=f"{rec.source}: measured vs simulated")
-  files["cost"] = plot_cost(os.path.join(out, "cost.png"), result.history["fun"])
+    jobs.append((f"signals{'' if i == 0 else '_' + str(i)}", functools.partial(
+      plot_signals, os.path.join(out, name), sig.model, rec, sig.before[i], sig.after[i],
+      title=f"{rec.source}: measured vs simulated")))
+  jobs.append(("cost", functools.partial(plot_cost, os.path.join(out, "cost.png"), result.history["fun"])))
   ref = None
   if truth:
     ref = np.concatenate([np.atleast_1d(np.asarray(truth.get(name, np.full(np.size(v), np.nan)), float))
                           for name, v in result.x.items()])
-  files["params_plot"] = plot_params(os.path.join(out, "params.png"), result.history["x"], result.labels,
-                                     std=result.theta_std, truth=ref)
-  return files
+  jobs.append(("params_plot", functools.partial(plot_params, os.path.join(out, "params.png"), result.history["x"],
+                                                result.labels, std=result.theta_std, truth=ref)))
+  return jobs

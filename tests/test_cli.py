@@ -233,6 +233,35 @@ def test_plots_without_their_process_and_a_plot_that_cannot_be_written(files, ca
   assert (files / "blocked" / "params.json").is_file()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forked drawing needs os.fork")
+def test_the_plotting_process_draws_its_figures_side_by_side(tmp_path, monkeypatch, capfd):
+  from diffsim import plot_process
+
+  monkeypatch.setattr(plot_process, "_ncpu", lambda: 2)
+
+  def write(name):
+    def draw():
+      (tmp_path / name).write_text(str(os.getpid()))
+      return str(tmp_path / name)
+    return name, draw
+
+  def fail(error):
+    def draw():
+      raise error
+    return "bad", draw
+
+  assert plot_process._draw([write("a"), write("b"), write("c")]) == 0
+  pids = {(tmp_path / n).read_text() for n in "abc"}
+  assert len(pids) == 3 and str(os.getpid()) in pids  # the first here, the others in forked children
+  # a child's write error: its message, exit WRITE_FAILED; the other figures are still drawn
+  capfd.readouterr()
+  assert plot_process._draw([write("d"), fail(OSError("cannot write e.png")), write("f")]) == plot_process.WRITE_FAILED
+  assert "cannot write e.png" in capfd.readouterr().err and (tmp_path / "d").exists() and (tmp_path / "f").exists()
+  # any other failure in a child: status 1 and its traceback (the command then draws the plots itself)
+  assert plot_process._draw([write("g"), fail(RuntimeError("broken figure"))]) == 1
+  assert "RuntimeError: broken figure" in capfd.readouterr().err
+
+
 def test_times_in_milliseconds_are_refused(files, capsys):
   rec = D.load_npz(files / "run0.npz")[0]
   rec.time = rec.time * 1000  # 10 "s" per row: 1,000 steps of 0.01 s
