@@ -403,7 +403,8 @@ def _startup_tests(section: list[dict]) -> str:
   whole, bare, api = runs["arm"]
   txt = (f"\nOn `mujoco.sysid`'s own arm test (5 armatures from 0.01, 999 samples) the whole process takes "
          f"{_f(whole, 2)} s\n({_f(bare, 2)} s with `--no-plots`; error {sci(arm['rel_error'])}; the answer is "
-         f"printed before the plots are drawn, by a second\nprocess that imports matplotlib while the solve runs), "
+         f"printed before the plots are drawn, by a second\nprocess that draws each figure once while the solve runs, "
+         f"then the real ones side by side in forked children), "
          f"against {_f(api, 2)} s for `mujoco.sysid`'s API call in a warm process;\n"
          f"a process that only imports Warp and MuJoCo Warp takes {_f(floor, 2)} s, the floor every command pays")
   if len(runs["spring-mass"]) == 3:

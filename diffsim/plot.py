@@ -14,6 +14,8 @@ from typing import Callable
 import mujoco
 import numpy as np
 
+from .atomic import atomic_write
+
 
 # joint types whose qpos is the joint coordinate (mujoco's enum; `diffsim.joints` would import Warp)
 HINGE, SLIDE = int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)
@@ -48,8 +50,6 @@ def figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, row_height: fl
 
 def save_png(fig, path, *, dpi: int = 110) -> str:
   """Saves `fig` as PNG through a temporary file and a rename (an existing file survives a failure)."""
-  from .data import atomic_write
-
   atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=dpi))
   return os.fspath(path)
 

@@ -5,10 +5,13 @@ A whole `diffsim sysid` process on a small problem spends about a second on its 
 matplotlib (~0.4 s), loading fonts, drawing. Imported in a thread of the solving process, matplotlib
 holds the GIL that the solve's Python needs, and the solve slows by what the import saves
 (`benchmarks/bench_startup.py`). `PlotProcess.start()` launches `python -m diffsim.plot_process` at
-the command's start instead: it imports and warms matplotlib on another core, then waits on its stdin.
-After the answer is printed, `draw(result, out)` sends it the plot data (pickled: signals, history,
-labels, std) and waits for the files, which `diffsim.plot.sysid_plots` writes as it always does
-(temporary file, then rename).
+the command's start instead: on another core it imports matplotlib (not Warp) and draws each figure
+once on a made-up result, then waits on its stdin. After the answer is printed, `draw(result, out)`
+sends it the plot data (pickled plain types: signals, history, labels, std) and waits for the files,
+which `diffsim.plot.sysid_plot_jobs` writes as `sysid_plots` does (temporary file, then rename), one
+forked child per figure. On the arm test of `mujoco.sysid` the plots add 0.4 s to the whole process
+where they added 0.55 s drawn in turn, and 0.8 s with Warp imported here and this interpreter's
+teardown waited for (`benchmarks/bench_startup.py`).
 
 Failures keep the command's behaviour: where the process cannot start or dies, the plots are drawn
 in this process (and any error is raised here, with its traceback); an `OSError` / `ValueError`
@@ -79,39 +82,47 @@ class PlotProcess:
         proc.communicate()
 
 
+# what `plot.plot_signals` and `sysid_plots` read of a recording
+_RECORDING_FIELDS = ("time", "qpos", "qvel", "sensordata", "sensor_mask", "source")
+
+
 def _plot_data(result) -> types.SimpleNamespace:
   """What `sysid_plots` reads of a `SysIdResult`, in picklable types that unpickle without Warp."""
   sig = result.signals
-  signals = types.SimpleNamespace(model=sig.model, recordings=sig.recordings, before=sig.before, after=sig.after)
+  # the recordings as plain namespaces of what the plots read: a `diffsim.data.Recording` would
+  # unpickle through `diffsim.data`, which imports Warp (0.2 s more start, 0.15 s more exit)
+  recordings = [types.SimpleNamespace(**{k: getattr(rec, k) for k in _RECORDING_FIELDS}) for rec in sig.recordings]
+  signals = types.SimpleNamespace(model=sig.model, recordings=recordings, before=sig.before, after=sig.after)
   return types.SimpleNamespace(signals=signals, history={"fun": result.history["fun"], "x": result.history["x"]},
                                labels=list(result.labels), theta_std=result.theta_std, x=result.x)
 
 
-def _warm_up() -> None:
-  """Imports what the plots and their unpickled data need, and draws a small figure with the plots'
-  kinds of artist (lines, markers, a band, a legend, log axis, titles at their font sizes) into
-  memory: a first figure in a process costs twice a later one (fonts, glyph caches, the encoder)."""
-  import io
+_WARM_MODEL = """<mujoco><worldbody><body><joint name="j" type="hinge"/><geom size="0.1"/></body></worldbody>
+<sensor><jointpos joint="j"/></sensor></mujoco>"""
 
+
+def _warm_up() -> None:
+  """Imports what the plots need and draws each of `sysid_plots`' figures once on a small made-up
+  result, into a temporary folder: a process's first figure of a kind costs about twice a later one
+  (fonts, glyph caches, tick formatters, the PNG encoder), and this is the one that runs before the
+  answer is ready."""
+  import tempfile
+
+  import mujoco
   import numpy as np
 
-  from . import data, plot  # noqa: F401  (data: the recordings unpickle into its Recording)
+  from . import plot
 
-  fig, axes = plot.figure(2, 1)
+  mjm = mujoco.MjModel.from_xml_string(_WARM_MODEL)
   t = np.linspace(0.0, 1.0, 50)
-  ax = axes[0, 0]
-  ax.plot(t, t, ".", color="k", ms=2.5, label="measured")
-  ax.plot(t, t * t, "-", color="tab:red", lw=1, alpha=0.8, label="identified")
-  ax.fill_between([0.2, 0.4], [0.1, 0.1], [0.3, 0.3], color="tab:blue", alpha=0.25, lw=0, label="±2 std")
-  ax.axhline(0.5, color="k", ls="--", lw=1)
-  ax.set_ylabel("qpos: joint (rad)", fontsize=8)
-  ax.legend(fontsize=7, loc="upper right", ncols=3)
-  ax.grid(alpha=0.3)
-  axes[1, 0].semilogy(t, np.exp(t), "o-", ms=3)
-  axes[1, 0].set_xlabel("iteration")
-  axes[1, 0].set_title("cost per iteration 0.5 |r|^2", fontsize=10)
-  fig.suptitle("recording: measured vs simulated", fontsize=10)
-  fig.savefig(io.BytesIO(), format="png", dpi=110)
+  col = t[:, None]
+  rec = types.SimpleNamespace(time=t, qpos=col, qvel=col, sensordata=col, sensor_mask=None, source="warm-up")
+  sim = {"qpos": col ** 2, "qvel": col ** 2, "sensordata": col ** 2}
+  signals = types.SimpleNamespace(model=mjm, recordings=[rec], before=[sim], after=[sim])
+  result = types.SimpleNamespace(signals=signals, history={"fun": np.geomspace(1e3, 1e-6, 8), "x": np.outer(t[:8], [1, 2])},
+                                 labels=["a", "b"], theta_std=np.array([0.1, 0.2]), x={"a": 1.0, "b": 2.0})
+  with tempfile.TemporaryDirectory() as folder:
+    plot.sysid_plots(result, folder)
 
 
 def main() -> int:
@@ -189,4 +200,9 @@ def _draw(jobs) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  status = main()
+  # the files are written and closed: skip the interpreter's teardown (matplotlib's, a tenth of a
+  # second that the command would wait for)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)

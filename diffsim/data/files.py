@@ -7,12 +7,12 @@ from __future__ import annotations
 import csv
 import os
 import re
-import tempfile
 
 import mujoco
 import numpy as np
 
 from .. import joints
+from ..atomic import atomic_write
 from .columns import csv_columns
 from .recording import DataError, Recording
 from .validation import validate
@@ -101,26 +101,6 @@ def load_npz(path) -> list[Recording]:
     recs.append(Recording(time=t[i] if t.ndim == 2 else t, sensor_mask=arrays.get("sensor_mask"), source=f"{name}[{i}]",
                           **kw))
   return recs
-
-
-def atomic_write(path: str, write) -> None:
-  """Writes through a temporary file in the same folder, then renames: never leaves a partial file."""
-  path = os.fspath(path)
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      write(f)
-    # mkstemp makes the file private (0600); give it the mode a plain open() would (umask applied)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
 
 
 def save_npz(path, recordings) -> None:
