@@ -1,8 +1,8 @@
 """The `diffsim sysid` command's plots, drawn by a second Python process that gets matplotlib ready
 while the solve runs.
 
-A whole `diffsim sysid` process on a small problem spends about a second on its three PNGs: importing
-matplotlib (~0.4 s), loading fonts, drawing. Imported in a thread of the solving process, matplotlib
+A whole `diffsim sysid` process on a small problem would spend about a second on its three PNGs:
+importing matplotlib (~0.4 s), loading fonts, drawing. Imported in a thread of the solving process, matplotlib
 holds the GIL that the solve's Python needs, and the solve slows by what the import saves
 (`benchmarks/bench_startup.py`). `PlotProcess.start()` launches `python -m diffsim.plot_process` at
 the command's start instead: on another core it imports matplotlib (not Warp) and draws each figure
@@ -119,8 +119,9 @@ def _warm_up() -> None:
   rec = types.SimpleNamespace(time=t, qpos=col, qvel=col, sensordata=col, sensor_mask=None, source="warm-up")
   sim = {"qpos": col ** 2, "qvel": col ** 2, "sensordata": col ** 2}
   signals = types.SimpleNamespace(model=mjm, recordings=[rec], before=[sim], after=[sim])
-  result = types.SimpleNamespace(signals=signals, history={"fun": np.geomspace(1e3, 1e-6, 8), "x": np.outer(t[:8], [1, 2])},
-                                 labels=["a", "b"], theta_std=np.array([0.1, 0.2]), x={"a": 1.0, "b": 2.0})
+  history = {"fun": np.geomspace(1e3, 1e-6, 8), "x": np.outer(t[:8], [1, 2])}
+  result = types.SimpleNamespace(signals=signals, history=history, labels=["a", "b"], theta_std=np.array([0.1, 0.2]),
+                                 x={"a": 1.0, "b": 2.0})
   with tempfile.TemporaryDirectory() as folder:
     plot.sysid_plots(result, folder)
 
@@ -159,7 +160,7 @@ def _draw(jobs) -> int:
   more than one CPU is ours: each job but the first in a child forked from this warmed-up process
   (copy-on-write: matplotlib, fonts and glyph caches come ready), the first here. The solving
   process waits idle meanwhile, so the figures share its core and ours: on a 2-core machine the
-  arm's three take 0.2-0.25 s instead of 0.45 s (`benchmarks/bench_startup.py`). Exit status: 0;
+  arm's three take about 0.3 s instead of 0.45 s (`benchmarks/bench_startup.py`). Exit status: 0;
   `WRITE_FAILED` with a write error's message on stderr; 1 where a child died otherwise (the
   command then draws them itself, where the error shows its traceback)."""
   if len(jobs) < 2 or _ncpu() < 2 or not hasattr(os, "fork"):
