@@ -447,6 +447,14 @@ def bench_tests(names, device, repeats: int) -> list[dict]:
     for tool in ("diffsim", "directional"):
       row[f"{tool}_over_sysid"] = row[f"{tool}_s"] / row["sysid_s"]
       row[f"{tool}_over_sysid_1core"] = row[f"{tool}_s"] / row["sysid_1core_s"]
+    # bare MJWarp: as many `mujoco_warp.step`s as the directional run's linearizations take (one per
+    # iteration and the first, each `nrow` steps of its `1 + nparam` worlds), and nothing else: what the
+    # MJWarp step alone costs on this device, against `mujoco.sysid`'s whole call
+    nworld = 1 + row["nparam"]
+    row["mjwarp_step_s"] = _pinned_call(1, T.mjwarp_step_s, name, nworld, device)
+    row["mjwarp_steps_s"] = (row["directional_nit"] + 1) * row["nrow"] * row["mjwarp_step_s"]
+    row["mjwarp_steps_over_sysid"] = row["mjwarp_steps_s"] / row["sysid_s"]
+    row["mjwarp_steps_over_sysid_1core"] = row["mjwarp_steps_s"] / row["sysid_1core_s"]
     rows.append(row)
   return rows
 
@@ -464,6 +472,12 @@ def tests_table(rows: list[dict]) -> str:
       jac = f"{r[f'{tool}_jacobian']} ({r[f'{tool}_nit']})" if f"{tool}_jacobian" in r else ""
       lines.append(f"| {r['problem']} | {r['nrow']} x {r['nparam']} | {label} | {r[f'{tool}_s']:.3f} | "
                    f"{r[f'{tool}_spread']:.2f} | {ratio} | {jac} | {r[f'{tool}_err']:.1e} |")
+    if "mjwarp_steps_s" in r:
+      lines.append(f"| {r['problem']} | {r['nrow']} x {r['nparam']} | bare MJWarp steps: directional's "
+                   f"{r['directional_nit'] + 1} x {r['nrow']}, {1 + r['nparam']} worlds "
+                   f"({1e6 * r['mjwarp_step_s']:.1f} us each) | "
+                   f"{r['mjwarp_steps_s']:.3f} | | {r['mjwarp_steps_over_sysid']:.2f}x, "
+                   f"{r['mjwarp_steps_over_sysid_1core']:.2f}x | | |")
   return "\n".join(lines)
 
 

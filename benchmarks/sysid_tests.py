@@ -13,7 +13,9 @@ minima are the truth.
 - `PROBLEMS`: name -> `SysidTest`;
 - `load(name)`: the recording, in both tools' containers;
 - `run_mujoco_sysid`, `run_diffsim`: one whole call each (data containers, residual, solve);
-- `write_cli_inputs`: the guess model and the recording as files, and the `diffsim sysid` flags.
+- `write_cli_inputs`: the guess model and the recording as files, and the `diffsim sysid` flags;
+- `mjwarp_step_s`: one bare MJWarp step of a problem's model, replayed from a captured graph: what
+  the step alone costs on the device, beside the tools' whole calls.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import mujoco
 import numpy as np
 
 __all__ = ["SysidTest", "PROBLEMS", "load", "run_mujoco_sysid", "run_diffsim", "guess_model", "write_cli_inputs",
-           "rel_error"]
+           "rel_error", "mjwarp_step_s"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,3 +181,26 @@ def write_cli_inputs(name: str, folder: str, data: dict) -> list[str]:
 def rel_error(name: str, theta) -> float:
   """Largest relative error of `theta` against problem `name`'s truth."""
   return float(np.max(np.abs(np.asarray(theta, float) / np.asarray(PROBLEMS[name].truth) - 1.0)))
+
+
+def mjwarp_step_s(name: str, nworld: int, device="cpu", replays: int = 3000) -> float:
+  """Wall time (s) of one `mujoco_warp.step` of problem `name`'s model for `nworld` worlds, replayed
+  from a captured graph (median of 5 batches of `replays`): nothing of diffsim's, no host copies."""
+  import mujoco_warp as mjw
+  import warp as wp
+
+  mjm = mujoco.MjModel.from_xml_string(PROBLEMS[name].model_xml())
+  with wp.ScopedDevice(device):
+    m, d = mjw.put_model(mjm), mjw.put_data(mjm, mujoco.MjData(mjm), nworld=nworld)
+    mjw.step(m, d)  # kernels loaded before the capture
+    with wp.ScopedCapture() as cap:
+      mjw.step(m, d)
+    times = []
+    for _ in range(5):
+      wp.synchronize()
+      t0 = time.perf_counter()
+      for _ in range(replays):
+        wp.capture_launch(cap.graph)
+      wp.synchronize()
+      times.append((time.perf_counter() - t0) / replays)
+  return float(np.median(times))

@@ -34,6 +34,9 @@ def test_bench_sysid_quick(tmp_path, capsys):
   for tool in ("sysid", "sysid_1core", "diffsim", "directional"):
     assert arm[f"{tool}_err"] < 1e-5 and arm[f"{tool}_s"] > 0, tool
   assert arm["diffsim_success"] and arm["directional_success"]
+  # beside them, as many bare MJWarp steps as diffsim's directional run linearizes
+  assert arm["mjwarp_step_s"] > 0
+  assert math.isclose(arm["mjwarp_steps_s"], (arm["directional_nit"] + 1) * 999 * arm["mjwarp_step_s"])
   for r in rows:
     tools = ["sysid", "sysid_1core", "diffsim"] + ([] if r["case"] == "armature" else ["directional"]) + \
       (["forward"] if r["limits"] else [])
