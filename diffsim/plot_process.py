@@ -9,9 +9,9 @@ the command's start instead: on another core it imports matplotlib (not Warp) an
 once on a made-up result, then waits on its stdin. After the answer is printed, `draw(result, out)`
 sends it the plot data (pickled plain types: signals, history, labels, std) and waits for the files,
 which `diffsim.plot.sysid_plot_jobs` writes as `sysid_plots` does (temporary file, then rename), one
-forked child per figure. On the arm test of `mujoco.sysid` the plots add 0.4 s to the whole process
-where they added 0.55 s drawn in turn, and 0.8 s with Warp imported here and this interpreter's
-teardown waited for (`benchmarks/bench_startup.py`).
+forked child per figure. On the arm test of `mujoco.sysid` the plots add 0.42 s to the whole process,
+2.96 s against 2.54 s with `--no-plots`, where they added 0.55 s drawn in turn in a process that
+imported Warp and ran its teardown (`benchmarks/bench_startup.py`).
 
 Failures keep the command's behaviour: where the process cannot start or dies, the plots are drawn
 in this process (and any error is raised here, with its traceback); an `OSError` / `ValueError`
@@ -25,6 +25,8 @@ import pickle
 import subprocess
 import sys
 import types
+
+from .host import local_cores
 
 __all__ = ["PlotProcess"]
 
@@ -140,10 +142,6 @@ def main() -> int:
   return _draw(plot.sysid_plot_jobs(result, out))
 
 
-def _ncpu() -> int:
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _run(jobs, err) -> int:
   """Draws `jobs` in turn; an `OSError` / `ValueError` writing one goes to `err` as its message."""
   for _, draw in jobs:
@@ -159,11 +157,10 @@ def _draw(jobs) -> int:
   """Draws `jobs` (`plot.sysid_plot_jobs`, independent figures) side by side where the OS forks and
   more than one CPU is ours: each job but the first in a child forked from this warmed-up process
   (copy-on-write: matplotlib, fonts and glyph caches come ready), the first here. The solving
-  process waits idle meanwhile, so the figures share its core and ours: on a 2-core machine the
-  arm's three take about 0.3 s instead of 0.45 s (`benchmarks/bench_startup.py`). Exit status: 0;
+  process waits idle meanwhile, so the figures share its core and ours. Exit status: 0;
   `WRITE_FAILED` with a write error's message on stderr; 1 where a child died otherwise (the
   command then draws them itself, where the error shows its traceback)."""
-  if len(jobs) < 2 or _ncpu() < 2 or not hasattr(os, "fork"):
+  if len(jobs) < 2 or local_cores() < 2 or not hasattr(os, "fork"):
     return _run(jobs, sys.stderr)
   children = []
   try:

@@ -237,7 +237,7 @@ def test_plots_without_their_process_and_a_plot_that_cannot_be_written(files, ca
 def test_the_plotting_process_draws_its_figures_side_by_side(tmp_path, monkeypatch, capfd):
   from diffsim import plot_process
 
-  monkeypatch.setattr(plot_process, "_ncpu", lambda: 2)
+  monkeypatch.setattr(plot_process, "local_cores", lambda: 2)
 
   def write(name):
     def draw():

@@ -180,6 +180,7 @@ def push_problem(nworld: int, *, duration: float = 1.0, weight: float = 1e4, ext
 
 
 ITERS = {"lbfgs": 40, "adam": 200, "ilqr": 15}  # default iterations per method
+TEST_METHOD, TEST_ITERS = "adam", 120  # `--test`'s solver and iterations, unless given (the docstring says why)
 ADAM_LR = 0.01  # rad per step: the servo targets move by millimetres at the pads
 
 
@@ -199,7 +200,7 @@ def main(argv=None) -> int:
   if args.test:
     args.nworld = 4
   if args.method is None:
-    args.method, args.iters = ("adam", args.iters or 120) if args.test else ("lbfgs", args.iters)
+    args.method, args.iters = (TEST_METHOD, args.iters or TEST_ITERS) if args.test else ("lbfgs", args.iters)
 
   import matplotlib
 

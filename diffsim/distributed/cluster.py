@@ -37,6 +37,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..host import local_cores
+
 __all__ = ["Cluster", "Worker", "WorkerError", "Traffic", "Shipped", "shards", "check_workers", "register_job"]
 
 _INSTALL = 'pip install "diffsim[ray]"'
@@ -81,11 +83,6 @@ def register_job(name: str, run: Callable) -> None:
   """Makes `run(cluster, *args, **kwargs)` the body of the method `Cluster.<name>` (`rollout`,
   `optimize_trajectory`, `identify`)."""
   _JOBS[name] = run
-
-
-def local_cores() -> int:
-  """CPU cores this process may use."""
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def shards(nworld: int, nshard: int) -> list[range]:
