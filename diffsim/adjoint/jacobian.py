@@ -168,8 +168,10 @@ def _selection_rows(
   # Out:
   sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
 ):
-  w, i, c = wp.tid()
-  sjac_out[w, k + count[0], rows[i], c] = wp.where(c == cols[i], 1.0, 0.0)
+  w, i = wp.tid()
+  t, r, col = k + count[0], rows[i], cols[i]
+  for c in range(sjac_out.shape[3]):  # a loop, not a launch dimension: a CPU thread costs more than a store
+    sjac_out[w, t, r, c] = wp.where(c == col, 1.0, 0.0)
 
 
 @wp.kernel(enable_backward=False)
@@ -329,7 +331,7 @@ class AnalyticJacobian:
   def _sensor_rows(self, k: int, sjac: wp.array) -> None:
     s = self.scene
     if self._sel_rows.shape[0]:
-      wp.launch(_selection_rows, dim=(s.nworld, self._sel_rows.shape[0], sjac.shape[3]), device=s.device,
+      wp.launch(_selection_rows, dim=(s.nworld, self._sel_rows.shape[0]), device=s.device,
                 inputs=[k, self.count, self._sel_rows, self._sel_cols], outputs=[sjac])
     for i in self._swept:
       self._sweep(k, i, sjac, state_row=False)

@@ -327,14 +327,31 @@ def _integrator_vjp(
 
 
 @wp.kernel(enable_backward=False)
-def _constraint_adjoint(
+def _constraint_factor(
   # In:
   M: wp.array3d[float],
+  jtdj: wp.array3d[float],  # (nworld, nv, nv) J^T D J of the quadratic rows
+  # Out:
+  L_out: wp.array3d[float],  # (nworld, nv, nv) Cholesky factor of H = M + J^T D J
+):
+  """The implicit function theorem's matrix `H = M + J^T D J`, factored once per replayed step: every
+  reverse sweep of the step (`_constraint_adjoint`, one per Jacobian row) solves with it."""
+  w = wp.tid()
+  nv = M.shape[1]
+  for i in range(nv):
+    for j in range(i + 1):
+      L_out[w, i, j] = M[w, i, j] + jtdj[w, i, j]
+  _cholesky(L_out, w, nv)
+
+
+@wp.kernel(enable_backward=False)
+def _constraint_adjoint(
+  # In:
+  L: wp.array3d[float],  # (nworld, nv, nv) `_constraint_factor`'s factor of H = M + J^T D J
   jtdj: wp.array3d[float],  # (nworld, nv, nv) J^T D J of the quadratic rows
   mu: wp.array2d[float],
   a_bar: wp.array2d[float],  # (nworld, nv) the acceleration sensors' own adjoint of `a` (0 without them)
   # Out:
-  L_out: wp.array3d[float],  # (nworld, nv, nv) scratch: Cholesky factor of H = M + J^T D J
   lam_out: wp.array2d[float],  # (nworld, nv) H^-1 (a_bar - J^T D J mu): the solver acceleration's adjoint
 ):
   """Implicit function theorem through the constraint solve: the Euler step's `a_e` depends on the
@@ -343,12 +360,8 @@ def _constraint_adjoint(
   w = wp.tid()
   nv = mu.shape[1]
   for i in range(nv):
-    for j in range(i + 1):
-      L_out[w, i, j] = M[w, i, j] + jtdj[w, i, j]
-  _cholesky(L_out, w, nv)
-  for i in range(nv):
     s = a_bar[w, i]
     for j in range(nv):
       s -= jtdj[w, i, j] * mu[w, j]
     lam_out[w, i] = s
-  _chol_solve(L_out, w, lam_out)
+  _chol_solve(L, w, lam_out)

@@ -28,7 +28,7 @@ from .invweight import InvWeightAdjoint
 from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
 from .program import _Program
 from .sensors import _sensors, record_acc_sensors
-from .solve import _constraint_adjoint, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
+from .solve import _constraint_adjoint, _constraint_factor, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
   _integrator_vjp, _mass_matrix, _rank_ones
 from .tendons import TendonRows, record_transmission_damping, record_transmissions
 
@@ -618,6 +618,9 @@ class AnalyticStep:
       self.equalities.hessian()
     if self.acc_sensors:
       P.forward("acc")
+    if self.constrained or self.acc_sensors:
+      # once per step: every reverse sweep of it solves with this factor (`seed_step`)
+      wp.launch(_constraint_factor, dim=n, device=s.device, inputs=[self.M, self.jtdj], outputs=[self.L_h])
 
   def seed_step(self, k: int, qvel: wp.array, lam: wp.array, integrate: bool = True, acc: bool = False) -> None:
     """Seeds the step segment's reverse pass from the next state's adjoint `lam[:, k + 1]`
@@ -640,8 +643,7 @@ class AnalyticStep:
       self.lam_a.zero_()  # an acceleration sensors' pass may have left it
     else:
       wp.launch(_constraint_adjoint, dim=n, device=s.device,
-                inputs=[self.M, self.jtdj, self.mu, self.g_acc if acc else self._zero_nv],
-                outputs=[self.L_h, self.lam_a])
+                inputs=[self.L_h, self.jtdj, self.mu, self.g_acc if acc else self._zero_nv], outputs=[self.lam_a])
     wp.launch(_seed, dim=s.nworld, device=s.device, inputs=[k, s.nv, self.mu, self.lam_a, lam, int(integrate)],
               outputs=[G[id(self.tau_e)], G[id(self.tau_a)], G[id(self.damp)], G[id(self.force)],
                        G[id(self.act_next)]])
