@@ -274,9 +274,9 @@ def bench_sysid(cluster, ntraj: int, steps: int, iters: int, repeats: int, jacob
   from . import bench_sysid as bs
 
   prob = bs.Problem(ntraj, steps, ("armature",), limits=limits)
-  guess, recs, names, weights, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
+  guess, recs, names, bounds = bs.identify_inputs(prob)  # as bench_sysid's run_diffsim gives them
   settings = None if tolerance is None else SolverSettings(tolerance=tolerance)
-  kw = dict(bounds=bounds, weights=weights, normalize=False, maxiter=iters, device="cpu", jacobian=jacobian,
+  kw = dict(bounds=bounds, normalize="recording", maxiter=iters, device="cpu", jacobian=jacobian,
             progress=False, solver_settings=settings)
   calls = []  # (what, Traffic) of every map the driver makes
   plain_map = cluster.map

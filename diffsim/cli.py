@@ -66,6 +66,13 @@ def _weight(text: str):
     raise argparse.ArgumentTypeError(f"weight must be a number: {text!r}") from None
 
 
+def _normalize_mode(args):
+  """`identify`'s `normalize` from `--no-normalize` and `--normalize-per-recording`."""
+  if args.no_normalize and args.normalize_per_recording:
+    raise ValueError("--no-normalize and --normalize-per-recording contradict each other: give one")
+  return "recording" if args.normalize_per_recording else not args.no_normalize
+
+
 def parse_episodes(text: str):
   """`0:10` -> slice(0, 10); `3`, `0,2,5`, `0:10,12` -> a list of episode indices."""
   parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -109,6 +116,9 @@ def _add_sysid(sub) -> None:
                  help="residual weight: qpos, qvel, sensordata, qpos:<joint>, qvel:<joint>, sensor:<name>")
   p.add_argument("--no-normalize", action="store_true",
                  help="do not divide each signal by its spread (weights then carry the units)")
+  p.add_argument("--normalize-per-recording", action="store_true",
+                 help="divide each recording's signals by their own norm, as mujoco.sysid does (every recording "
+                      "weighs alike, however hard it was driven), not by each unit's spread over all of them")
   p.add_argument("--method", choices=("lm", "adam"), default="lm", help="Levenberg-Marquardt (default) or Adam")
   p.add_argument("--jacobian", choices=("auto", "forward", "directional", "finite_difference"), default="auto",
                  help="LM's residual Jacobian: step Jacobians propagated forward, or forward mode with a lane per "
@@ -226,7 +236,7 @@ def _solve(args, plotter) -> int:
         wp.config.log_level = wp.LOG_WARNING  # keep stdout for the summary: no init banner, no module logs
       res = sysid.identify(
         args.model, data, args.params, bounds=dict(args.bounds), weights=dict(args.weight),
-        normalize=not args.no_normalize, method=args.method, jacobian=args.jacobian, maxiter=args.maxiter,
+        normalize=_normalize_mode(args), method=args.method, jacobian=args.jacobian, maxiter=args.maxiter,
         options=None if args.lr is None else {"lr": args.lr}, shooting=args.shooting,
         starts=args.starts, seed=args.seed, resample=args.resample,
         max_steps_per_sample=limit, fit_qpos0=args.fit_qpos0, device=args.device,

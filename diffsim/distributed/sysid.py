@@ -83,7 +83,7 @@ class ShardedProblem:
     traffic: `{"linearize": [Traffic per call], "gradient": [...], "other": [...]}`.
   """
 
-  def __init__(self, cluster: Cluster, mjm, recs, params, *, weights, normalize: bool, shooting: int | None,
+  def __init__(self, cluster: Cluster, mjm, recs, params, *, weights, normalize: bool | str, shooting: int | None,
                nstart: int, solver_settings=None, central: bool, eps, fit_qvel0: bool | None = None,
                fit_qpos0: bool = False, workers: int | None = None, step_jacobian: str = "auto"):
     import warp as wp

@@ -31,7 +31,7 @@ OPTIONS = {"lm": {}, "adam": ADAM_OPTIONS}  # `options` of each method, with the
 
 def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", maxiter: int = 30,
              options: dict | None = None, bounds: dict | None = None, weights: dict | None = None,
-             normalize: bool = True, shooting: int | None = None, starts=1, spread: float = 1.0, seed: int = 0,
+             normalize: bool | str = True, shooting: int | None = None, starts=1, spread: float = 1.0, seed: int = 0,
              x0: dict | None = None, ftol: float = 1e-10, xtol: float = 1e-6, jacobian: str = "auto",
              resample: bool = False, max_steps_per_sample: int | None = None, fit_qvel0: bool | None = None,
              fit_qpos0: bool = False, device=None, solver_settings: SolverSettings | None = None,
@@ -62,6 +62,9 @@ def identify(model, data, params: Sequence[str | Param], *, method: str = "lm", 
       angles, joint lengths, each sensor), so signals in different units count alike (default);
       `weights` multiply on top. For the confidence, weights should be proportional to
       1 / (noise std) of each signal: pass them via `weights` (and `normalize=False`) when known.
+      `"recording"`: each recording's columns divided by their own norm over its rows after the
+      first, over sqrt(2) (`mujoco.sysid`'s `normalize_residual`, per recording and column): every
+      recording weighs alike whatever its amplitude or length, the objective of `mujoco.sysid`.
     shooting: multiple shooting: restart from the measured state every `shooting` samples (each
       segment runs in its own world); `None`: one rollout per recording.
     starts: number of initial guesses solved in parallel worlds (the first is the MJCF value or

@@ -149,7 +149,7 @@ class Problem:
       at the last linearization (shards add theirs before dividing).
   """
 
-  def __init__(self, model, recs, params: list[Param], *, weights, normalize: bool, shooting: int | None,
+  def __init__(self, model, recs, params: list[Param], *, weights, normalize: bool | str, shooting: int | None,
                nstart: int, device, solver_settings: SolverSettings | None, central: bool, eps,
                fit_qvel0: bool | None = None, fit_qpos0: bool = False, capture: bool = True,
                column_weight: dict[str, np.ndarray] | None = None, step_jacobian: str = "auto"):

@@ -42,17 +42,24 @@ def as_recordings(data, mjm: mujoco.MjModel, resample_to_grid: bool,
   return recs
 
 
-def column_weights(mjm: mujoco.MjModel, recs, weights: dict | None, normalize: bool) -> dict[str, np.ndarray]:
+def column_weights(mjm: mujoco.MjModel, recs, weights: dict | None, normalize: bool | str) -> dict[str, np.ndarray]:
   """Weight of every residual column, `{"qpos": (nv,), "qvel": (nv,), "sensordata": (ns,)}`.
 
-  With `normalize`, columns in the same unit share one scale, the RMS spread of their measured
-  signals: angles and lengths of `qpos` (rad, m) and of `qvel` (rad/s, m/s) separately, and each
-  sensor on its own. Sharing matters: a joint that barely moves keeps the weight of the others
-  (per-column scaling would blow its measurement noise up to the size of the real motion).
+  With `normalize=True`, columns in the same unit share one scale, the RMS spread of their measured
+  signals over all the recordings: angles and lengths of `qpos` (rad, m) and of `qvel` (rad/s, m/s)
+  separately, and each sensor on its own. Sharing matters: a joint that barely moves keeps the weight
+  of the others (per-column scaling would blow its measurement noise up to the size of the real motion).
+  With `normalize="recording"` the columns keep `weights` alone here, and each recording's are
+  divided by its own measured columns' norms (`recording_weights`, in `Worlds`; the dict then holds
+  `"recording": True`), as `mujoco.sysid`'s `normalize_residual` does.
   """
+  if not (isinstance(normalize, (bool, np.bool_)) or isinstance(normalize, str) and normalize == "recording"):
+    raise ValueError(f"normalize must be True (each unit's spread over all recordings), False (weights alone) or "
+                     f"'recording' (each recording's own columns, as mujoco.sysid normalizes), got {normalize!r}")
   nv, ns = mjm.nv, mjm.nsensordata
   out = {"qpos": np.ones(nv), "qvel": np.ones(nv), "sensordata": np.ones(ns)}
-  if normalize:
+  per_recording = isinstance(normalize, str)
+  if normalize and not per_recording:
     _normalize(mjm, recs, out)
   for key, wgt in (weights or {}).items():
     wgt = float(wgt)
@@ -75,6 +82,38 @@ def column_weights(mjm: mujoco.MjModel, recs, weights: dict | None, normalize: b
         continue
     raise ValueError(f"unknown weight key {key!r}: use 'qpos', 'qvel', 'sensordata', 'qpos:<joint>', "
                      "'qvel:<joint>' or 'sensor:<sensor>'")
+  if per_recording:
+    out["recording"] = True
+  return out
+
+
+def recording_weights(mjm: mujoco.MjModel, rec) -> dict[str, np.ndarray]:
+  """`normalize="recording"`: the factors of recording `rec`'s residual columns, `sqrt(2) / |column|`
+  over its rows after the first (the initial state), each column on its own: `mujoco.sysid`'s
+  `normalize_residual`, under which every recording weighs alike whatever its amplitude and length
+  (under `normalize=True` one driven four times as hard weighs sixteen times as much). `qpos`
+  columns of hinges, slides and free translations by their coordinate, rotations as 1 rad per row;
+  a column without motion (or unmeasured) keeps factor 1."""
+  def factor(vals: np.ndarray) -> np.ndarray:
+    vals = np.where(np.isfinite(vals), vals, 0.0)[1:]
+    norm = np.linalg.norm(vals, axis=0)
+    return np.where(norm > 1e-12, np.sqrt(2.0) / np.maximum(norm, 1e-300), 1.0)
+
+  nv = mjm.nv
+  out = {"qpos": np.ones(nv), "qvel": np.ones(nv), "sensordata": np.ones(mjm.nsensordata)}
+  if rec.qvel is not None:
+    out["qvel"] = factor(rec.qvel)
+  if rec.sensordata is not None:
+    out["sensordata"] = factor(rec.sensordata)
+  if rec.qpos is not None:
+    rows = max(rec.qpos.shape[0] - 1, 1)
+    out["qpos"][:] = np.sqrt(2.0 / rows)  # rotations: 1 rad per row
+    for j in range(mjm.njnt):
+      typ, qadr, dadr = int(mjm.jnt_type[j]), int(mjm.jnt_qposadr[j]), int(mjm.jnt_dofadr[j])
+      if typ in (SLIDE, HINGE):
+        out["qpos"][dadr] = factor(rec.qpos[:, qadr:qadr + 1])[0]
+      elif typ == FREE:
+        out["qpos"][dadr:dadr + 3] = factor(rec.qpos[:, qadr:qadr + 3])
   return out
 
 
@@ -217,6 +256,9 @@ class Worlds:
     if r.act is not None:
       self.act0[g] = r.act[sg.row0]
     n = len(rows)
+    if colw.get("recording"):
+      own = recording_weights(mjm, r)
+      colw = {k: colw[k] * own[k] for k in own}
     # row 0 is the initial state itself, unless that is solved for: then it is a measurement too
     if r.qpos is not None:
       self.measured["qpos"][g, :n] = r.qpos[rows]
