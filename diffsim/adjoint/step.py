@@ -28,8 +28,8 @@ from .invweight import InvWeightAdjoint
 from .kinematics import _cdof_dot, _site_frames, _velocities, record_frames
 from .program import _Program
 from .sensors import _sensors, record_acc_sensors
-from .solve import _constraint_adjoint, _constraint_factor, _damped_acceleration, _free_body_acceleration, _free_body_mu, \
-  _integrator_vjp, _mass_matrix, _rank_ones
+from .solve import _constraint_adjoint, _constraint_factor, _damped_acceleration, _free_body_acceleration, \
+  _free_body_mu, _integrator_vjp, _mass_matrix, _rank_ones
 from .tendons import TendonRows, record_transmission_damping, record_transmissions
 
 __all__ = ["AnalyticStep"]
