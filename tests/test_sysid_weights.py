@@ -48,9 +48,9 @@ def _recordings(mjm):
   return recs
 
 
-def _weights(mjm, recs, **kw):
+def _weights(mjm, recs, shooting=None, **kw):
   colw = column_weights(mjm, recs, kw.pop("weights", None), kw.pop("normalize"))
-  return Worlds(mjm, recs, segments(recs, None), colw, fit_qvel0=None, fit_qpos0=False)
+  return Worlds(mjm, recs, segments(recs, shooting), colw, fit_qvel0=None, fit_qpos0=False)
 
 
 def test_per_recording_weights_are_mujoco_sysid_normalize_residual():
@@ -69,6 +69,21 @@ def test_per_recording_weights_are_mujoco_sysid_normalize_residual():
   for g, rec in enumerate(recs):
     scaled = worlds.weight[g, 1:rec.nrow, 2 * nv:] * rec.sensordata[1:]
     np.testing.assert_allclose(np.linalg.norm(scaled, axis=0) / [1.0, 3.0, 1.0], np.sqrt(2.0), rtol=1e-12)
+
+
+def test_per_recording_weights_span_every_shooting_segment():
+  mjm = mujoco.MjModel.from_xml_string(XML)
+  recs = _recordings(mjm)
+  for r in recs:  # multiple shooting restarts from measured states
+    r.qpos = np.zeros((r.nrow, mjm.nq))
+  worlds = _weights(mjm, recs, shooting=10, normalize="recording")
+  nv = mjm.nv
+  segs = segments(recs, 10)
+  assert len(segs) > len(recs)
+  for g, sg in enumerate(segs):
+    # the recording's norms, not the segment's: a segment's rows after its first carry them
+    expect = normalize_residual(np.ones((1, mjm.nsensordata)), recs[sg.rec].sensordata[1:])[0]
+    np.testing.assert_allclose(worlds.weight[g, 1, 2 * nv:], expect, rtol=1e-12)
 
 
 def test_pooled_normalization_is_shared_by_the_recordings():

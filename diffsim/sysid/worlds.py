@@ -221,8 +221,11 @@ class Worlds:
     self.weight = np.zeros((nseg, nsample, self.nsignal))
     self.fit_qvel = np.zeros(nseg, bool)
     self.fit_qpos = np.zeros(nseg, bool)
+    # `normalize="recording"`: each recording's own column factors, once per recording (not per segment)
+    rec_colw = [{k: colw[k] * v for k, v in recording_weights(mjm, r).items()} if colw.get("recording") else colw
+                for r in recs]
     for g, sg in enumerate(segs):
-      self._fill(g, sg, mjm, colw, fit_qvel0, fit_qpos0)
+      self._fill(g, sg, mjm, rec_colw[sg.rec], fit_qvel0, fit_qpos0)
     for msg in filter(None, (_data.initial_state_warning(r) for r in recs)):
       warnings.warn(msg, stacklevel=4)
     self.nresidual = int(np.count_nonzero(self.weight))
@@ -256,9 +259,6 @@ class Worlds:
     if r.act is not None:
       self.act0[g] = r.act[sg.row0]
     n = len(rows)
-    if colw.get("recording"):
-      own = recording_weights(mjm, r)
-      colw = {k: colw[k] * own[k] for k in own}
     # row 0 is the initial state itself, unless that is solved for: then it is a measurement too
     if r.qpos is not None:
       self.measured["qpos"][g, :n] = r.qpos[rows]
