@@ -9,6 +9,10 @@ with a leading world axis and read as `field[worldid % field.shape[0]]`.
 Fields that MuJoCo derives constants from (`body_mass`, `body_inertia`, `body_ipos`,
 `dof_armature`, ...) trigger `mujoco_warp.set_const`, as `mj_setConst` does in MuJoCo C, so the
 derived `body_subtreemass`, `dof_invweight0`, `body_invweight0`, `actuator_acc0` stay consistent.
+Of those, an MJWarp step reads `body_subtreemass` (centres of mass) and the invweights (the softness
+of constraint rows) only: on a model that can make no constraint row (`can_make_constraint_rows`)
+the subtree masses are refreshed, by one kernel that a graph may capture, and `set_const`, whose
+eager launches cost more than a small model's rollout step, is skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 import warp as wp
 
 from . import joints
-from .mjmodel import UnknownNameError, name2id
+from .mjmodel import UnknownNameError, can_make_constraint_rows, name2id
 
 __all__ = ["Param", "ParamLayout", "FIELD_DOCS"]
 
@@ -376,6 +380,8 @@ class ParamLayout:
     offsets: start of each parameter in `theta`.
     nparam: total number of scalar parameters.
     inertial: whether any parameter needs derived constants recomputed.
+    eager_constants: whether that takes `set_const`, which cannot run in a captured graph
+      (`Rollout.update_constants`): inertial parameters of a model that can make constraint rows.
   """
 
   def __init__(self, scene, params: Sequence[Param] | None):
@@ -392,6 +398,7 @@ class ParamLayout:
     self.offsets = np.cumsum([0] + [p.dim for p in params])[:-1].astype(int)
     self.nparam = int(sum(p.dim for p in params))
     self.inertial = any(p.inertial for p in params)
+    self.eager_constants = self.inertial and _reads_invweight(scene)
     self.columns = []
     for p in params:
       nelem_width = p.width
@@ -445,24 +452,35 @@ class ParamLayout:
         wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
                   inputs=[scene.nworld, p.value, tie, -1.0, lane_p, int(central), eps], outputs=[flat, h])
     if self.inertial or rows.needs_set_const:
-      if scene.device.is_capturing:
+      full = _reads_invweight(scene)
+      if full and scene.device.is_capturing:
         # set_const allocates, so it cannot live in a graph: the caller refreshes constants eagerly
         warnings.warn("inertial parameters in a captured graph: call Rollout.update_constants() after "
                       "changing their values and before replaying the graph", stacklevel=3)
         return
-      update_constants(scene, scene.data(nrow))
+      update_constants(scene, scene.data(nrow) if full else None)
       rows.needs_set_const = self.inertial
     for p in self.params:
       rows.applied[p.name] = p
 
 
+def _reads_invweight(scene) -> bool:
+  """Whether a step of the scene's model reads the constants `set_const(INERT0)` derives: the
+  invweights, in the softness of constraint rows (MJWarp's step reads `actuator_acc0` nowhere)."""
+  return can_make_constraint_rows(scene.mjm)
+
+
 def update_constants(scene, data) -> None:
-  """Recomputes constants derived from mass and inertia, as `mj_setConst` does."""
+  """Recomputes constants derived from mass and inertia, as `mj_setConst` does: the subtree masses
+  and, with `data` (an MJWarp Data of one row per model row), `set_const`'s inertia group; None where
+  the model reads none of the latter (`_reads_invweight`)."""
+  m = scene.model
+  wp.launch(_subtreemass, dim=(m.body_subtreemass.shape[0], scene.mjm.nbody), device=scene.device,
+            inputs=[m.body_subtreenum, m.body_mass], outputs=[m.body_subtreemass])
+  if data is None:
+    return
   import mujoco_warp as mjw
 
-  m = scene.model
-  wp.launch(_subtreemass, dim=(data.nworld, scene.mjm.nbody), device=scene.device,
-            inputs=[m.body_subtreenum, m.body_mass], outputs=[m.body_subtreemass])
   with wp.ScopedDevice(scene.device):
     mjw.set_const(m, data, groups=mjw.SetConstGroup.INERT0, restore=False)
 

@@ -251,6 +251,11 @@ class Scene:
     _cache_version_checks()
     if not isinstance(nworld, (int, np.integer)) or nworld < 1:
       raise ValueError(f"nworld must be a positive integer, got {nworld!r}")
+    for name, cap in (("nconmax", nconmax), ("njmax", njmax)):
+      if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
+        # njmax=0: MJWarp 4.0's Euler step integrates damping from the solver's `efc.Ma`, which a
+        # Data without row capacity never writes, so its worlds would not move (`tests/test_errors.py`)
+        raise ValueError(f"{name} must be a positive integer, or None for MJWarp's default, got {cap!r}")
     self.mjm = mjm
     self.nworld = int(nworld)
     self.device = resolve_device(device)

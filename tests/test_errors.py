@@ -24,6 +24,10 @@ def test_bad_nworld_and_device():
     diffsim.Scene.from_xml(xml, nworld=0, device="cpu")
   with pytest.raises(ValueError, match="unknown device"):
     diffsim.Scene.from_xml(xml, nworld=1, device="tpu:3")
+  # MJWarp 4.0 steps a Data without constraint capacity wrongly (its Euler step reads the solver's efc.Ma)
+  for cap in ({"njmax": 0}, {"nconmax": -1}, {"njmax": 1.5}):
+    with pytest.raises(ValueError, match=f"{next(iter(cap))} must be a positive integer"):
+      diffsim.Scene.from_xml(xml, nworld=1, device="cpu", **cap)
   if not wp.is_cuda_available():  # said before Warp prints raw driver errors
     with pytest.raises(ValueError, match="Warp finds no CUDA device here"):
       diffsim.Scene.from_xml(xml, nworld=1, device="cuda:0")

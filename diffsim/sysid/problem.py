@@ -287,8 +287,8 @@ class Problem:
 
   def _replay(self, ro: Rollout, replay: Replay) -> None:
     self.nrollout += 1
-    if self.layout.inertial:
-      ro.update_constants()  # graphs replay the parameter writes, not set_const
+    if self.layout.eager_constants:
+      ro.update_constants()  # graphs replay the parameter writes, not set_const (`ParamLayout.eager_constants`)
     replay()
 
   def _residuals(self, traj: Trajectory) -> None:
@@ -419,8 +419,8 @@ class Problem:
     The rollout on the tape and its backward pass are captured once and replayed (launched from
     Python, an MJWarp step costs milliseconds on the CPU)."""
     self._scatter()
-    if self.layout.inertial:
-      self.rollout.update_constants()  # graphs replay the parameter writes, not set_const
+    if self.layout.eager_constants:
+      self.rollout.update_constants()  # graphs replay the parameter writes, not set_const (`ParamLayout.eager_constants`)
     if self._gradient is None:
       self._gradient = Replay(self.scene.device, self._gradient_stage, self._capture)
     self.nrollout += 1

@@ -158,7 +158,7 @@ class TrajectoryProblem:
   def refresh_constants(self) -> None:
     """Recomputes constants derived from inertial parameters (`set_const`), which graphs do not: call
     before replaying graphs whose rollouts read changed parameters."""
-    if self.rollout.layout.inertial:
+    if self.rollout.layout.eager_constants:
       self.rollout.update_constants()
 
   def evaluate(self, ctrl=None) -> tuple[np.ndarray, Trajectory]:

@@ -189,7 +189,7 @@ class ILQRSolver(Solver):
 
   def run(self, ctrl0, *, maxiter, ftol, progress, log_every, callback=None):
     self.ftol.fill_(ftol)  # on the device, so the captured graph reads the current value
-    if self.rollout is not self.problem.rollout and self.rollout.layout.inertial:
+    if self.rollout is not self.problem.rollout and self.rollout.layout.eager_constants:
       self.rollout.update_constants()  # the problem refreshes its own rollout only
     return super().run(ctrl0, maxiter=maxiter, ftol=ftol, progress=progress, log_every=log_every, callback=callback)
 
