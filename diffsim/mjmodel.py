@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mujoco
 
-__all__ = ["UnknownNameError", "name2id", "can_make_contacts", "can_make_constraint_rows"]
+__all__ = ["UnknownNameError", "name2id", "can_make_contacts", "can_make_constraint_rows", "reads_body_invweight"]
 
 
 class UnknownNameError(KeyError):
@@ -65,3 +65,15 @@ def can_make_constraint_rows(mjm: mujoco.MjModel) -> bool:
   return bool(can_make_contacts(mjm) or (limits and not off & dsbl.mjDSBL_LIMIT)
               or (mjm.neq and not off & dsbl.mjDSBL_EQUALITY)
               or (friction and not off & dsbl.mjDSBL_FRICTIONLOSS))
+
+
+def reads_body_invweight(mjm: mujoco.MjModel) -> bool:
+  """Whether a step of `mjm` can make a constraint row whose softness reads `body_invweight0`
+  (MJWarp's contact, connect, weld and flex-strain rows); other rows read `dof_invweight0` only."""
+  off, dsbl = mjm.opt.disableflags, mujoco.mjtDisableBit
+  if off & dsbl.mjDSBL_CONSTRAINT:
+    return False
+  body_eq = (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), int(mujoco.mjtEq.mjEQ_FLEXSTRAIN))
+  equality = mjm.neq and not off & dsbl.mjDSBL_EQUALITY and any(int(t) in body_eq for t in mjm.eq_type)
+  return bool(can_make_contacts(mjm) or equality or mjm.nflex)
+

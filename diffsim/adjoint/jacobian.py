@@ -29,6 +29,7 @@ import numpy as np
 import warp as wp
 
 from ..joints import FREE, HINGE, SLIDE, tangent_grad
+from ..mjmodel import reads_body_invweight
 from .solve import _right_jacobian_t, _rotation
 
 __all__ = ["AnalyticJacobian", "sweep_count"]
@@ -285,7 +286,10 @@ class AnalyticJacobian:
     ninv = 2 * s.mjm.nbody + s.nv
     if self._K is None:
       self._K = wp.zeros((s.nworld, ninv, max(a.nparam, 1)), dtype=float, device=s.device)
-    for e in range(ninv):
+    # the body entries' columns only where some row reads body_invweight0: else their adjoints stay
+    # zero in every sweep and their (zero) columns of K are never used; a run is ~25 launches to capture
+    body = reads_body_invweight(s.mjm)
+    for e in (range(ninv) if body else range(2 * s.mjm.nbody, ninv)):
       a.zero_field_grads()
       wp.launch(_unit_invweight, dim=(iw.G_body.shape[0], max(s.mjm.nbody, s.nv)), device=s.device, inputs=[e],
                 outputs=[iw.G_body, iw.G_dof])
