@@ -328,8 +328,9 @@ class AnalyticJacobian:
     a.sense(traj, ctrl, warm, k, qacc=qacc)
     if not self.scene.nsensordata:
       return
-    a.rebuild()
-    a.replay(traj, qacc if a.acc_sensors else None, k, a.acc_sensors, count=self.count)
+    if self._swept:  # the replay feeds the sensor sweeps only; selection rows read nothing of it
+      a.rebuild()
+      a.replay(traj, qacc if a.acc_sensors else None, k, a.acc_sensors, count=self.count)
     self._sensor_rows(k, sjac)
 
   def _sensor_rows(self, k: int, sjac: wp.array) -> None:
