@@ -172,6 +172,7 @@ def swingup(cartpole):
 @pytest.mark.parametrize("method, maxiter, options", [
   ("ilqr", 30, {}),  # "a few dozen iterations"
   ("lbfgs", 60, {}),
+  ("lbfgs", 60, {"line_search": "per_world"}),  # one L-BFGS per world (`batched_lbfgs.py`)
   ("adam", 100, {"lr": 0.15}),
 ])
 def test_cartpole_swings_up(swingup, method, maxiter, options):
@@ -252,8 +253,9 @@ def test_ilqr_jacobian_option(short):
   assert {s.rollout.jacobian for s in solvers} == {"analytic", "finite_difference"}
 
 
-@pytest.mark.parametrize("method", ["ilqr", "adam", "lbfgs"])
-def test_callback_sees_best_costs_and_stops(short, method):
+@pytest.mark.parametrize("method, options", [("ilqr", None), ("adam", None), ("lbfgs", None),
+                                             ("lbfgs", {"line_search": "per_world"})])
+def test_callback_sees_best_costs_and_stops(short, method, options):
   seen = []
 
   def callback(iterate):
@@ -261,7 +263,8 @@ def test_callback_sees_best_costs_and_stops(short, method):
     if iterate.nit >= 3:
       raise StopIteration  # as scipy allows; returning True stops too (below)
 
-  res = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, progress=False, callback=callback)
+  res = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, progress=False, callback=callback,
+                                    options=options)
   assert [nit for nit, _, _ in seen] == [1, 2, 3] and res.nit == 3
   # the best cost per world so far: never increasing, and the result's cost at the stop
   best = np.array([f for _, f, _ in seen])
@@ -272,7 +275,7 @@ def test_callback_sees_best_costs_and_stops(short, method):
   assert x.shape == (short.nworld, short.horizon, short.scene.nu)
   np.testing.assert_allclose(short.evaluate(x)[0], seen[1][1], rtol=1e-5)
   stopped = diffsim.optimize_trajectory(short, method, maxiter=50, ftol=0.0, log_every=1, progress=False,
-                                        callback=lambda iterate: iterate.nit >= 2)
+                                        callback=lambda iterate: iterate.nit >= 2, options=options)
   assert stopped.nit == 2
   with pytest.raises(TypeError, match="callback"):
     diffsim.optimize_trajectory(short, method, maxiter=2, progress=False, callback=3)

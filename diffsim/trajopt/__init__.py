@@ -6,7 +6,8 @@ parameters); the solvers advance all of them together:
 
   - `"adam"`: first-order, gradients from `tape.backward()`, projected onto the control bounds
     (the analytic adjoint where it covers the model, else the lanes: `Rollout`'s `gradient`);
-  - `"lbfgs"`: scipy's L-BFGS-B on the stacked controls (one host transfer per evaluation);
+  - `"lbfgs"`: scipy's L-BFGS-B on the stacked controls (one host transfer per evaluation), or one
+    L-BFGS per world (`options={"line_search": "per_world"}`, `batched_lbfgs.py`);
   - `"ilqr"`: iterative LQR (Gauss-Newton on the cost, the step Jacobians `ro.jacobians()` of the
     rollout as dynamics, analytic or from the lanes as `jacobian` says), box-constrained gains, a
     closed-loop line search and Levenberg-Marquardt regularization, all per world.
@@ -38,7 +39,8 @@ search shared by the stacked worlds) or iLQR, one world of the four stays farthe
 without the first stage, no solver moves.
 
 Where things are: `problem.py` (the problem), `optimize.py` (`optimize_trajectory`, the methods),
-`result.py`, `solver.py` (the host loop the solvers share), `adam.py`, `lbfgs.py`, `ilqr/`.
+`result.py`, `solver.py` (the host loop the solvers share), `adam.py`, `lbfgs.py` (and `batched_lbfgs.py`, one L-BFGS
+per world), `ilqr/`.
 
 Example:
   scene = diffsim.Scene.from_xml(diffsim.asset_path("cartpole.xml"), nworld=4)

@@ -9,7 +9,7 @@ from .. import optim
 from .adam import AdamSolver
 from .checks import host_array
 from .ilqr import ILQRSolver
-from .lbfgs import LBFGSSolver
+from .lbfgs import LINE_SEARCHES, LBFGSSolver
 from .problem import JACOBIANS, TrajectoryProblem
 from .result import TrajectoryResult
 
@@ -30,7 +30,7 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
     ftol: convergence test on the relative cost decrease: iLQR, a world converges when an
       iteration (or the local model's prediction) lowers its cost by at most `ftol * |cost|`; Adam,
       when its best cost fell by at most that over `patience` iterations (tested every `log_every`);
-      L-BFGS, scipy's `ftol`.
+      L-BFGS, scipy's `ftol` (per world with `line_search="per_world"`).
     warm_start: a previous `TrajectoryResult` of this problem, or controls `(nworld, nstep, nu)`
       (`wp.array` or array-like), shifted by `shift` steps (the last control is held) and used as
       the initial guess instead of `problem.ctrl_init`: the receding-horizon (MPC) warm start.
@@ -48,7 +48,10 @@ def optimize_trajectory(problem: TrajectoryProblem, method: str = "ilqr", *, max
     options: solver settings, e.g. `{"lr": 0.05}`:
       adam: `lr` (ctrl units per step, 0.05), `betas` ((0.9, 0.999)), `eps` (1e-8), `patience`
         (iterations over which the `ftol` test looks back, 100);
-      lbfgs: `maxcor` (10), `gtol` (1e-8);
+      lbfgs: `maxcor` (10), `gtol` (1e-8), `line_search` (`"shared"`, the default: scipy's L-BFGS-B
+        on all worlds' controls stacked, one step length for all; `"per_world"`: one L-BFGS per
+        world, its own curvature pairs, step lengths and stopping test, `trajopt.batched_lbfgs`;
+        see `trajopt.lbfgs` for when each does better);
       ilqr: `alphas` (line-search steps, (1, 1/2, ..., 1/32)); Levenberg-Marquardt regularization
         `Quu + mu diag(Quu)`: `mu_init` (1), `mu_min` (1e-4; below it, 0), `mu_max` (1e8),
         `mu_factor` (10): divided after an improving iteration, multiplied after a failed one;
@@ -104,6 +107,8 @@ def _check_options(method: str, defaults: dict, options: dict | None) -> dict:
   if unknown:
     raise ValueError(f"unknown options {sorted(unknown)} for method {method!r}; valid: {sorted(defaults)}")
   checked = {**defaults, **(options or {})}
+  if method == "lbfgs" and checked["line_search"] not in LINE_SEARCHES:
+    raise ValueError(f"lbfgs line_search must be one of {LINE_SEARCHES}, got {checked['line_search']!r}")
   if method == "ilqr":
     checked["alphas"] = tuple(float(a) for a in checked["alphas"])
     if not checked["alphas"] or min(checked["alphas"]) <= 0:
