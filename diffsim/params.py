@@ -398,7 +398,8 @@ class ParamLayout:
     self.offsets = np.cumsum([0] + [p.dim for p in params])[:-1].astype(int)
     self.nparam = int(sum(p.dim for p in params))
     self.inertial = any(p.inertial for p in params)
-    self.eager_constants = self.inertial and _reads_invweight(scene)
+    self._set_const = _reads_invweight(scene)  # whether the model reads set_const's inertia group
+    self.eager_constants = self.inertial and self._set_const
     self.columns = []
     for p in params:
       nelem_width = p.width
@@ -452,7 +453,7 @@ class ParamLayout:
         wp.launch(_write_param_rows, dim=(nrow, scene.nworld, p.dim), device=scene.device,
                   inputs=[scene.nworld, p.value, tie, -1.0, lane_p, int(central), eps], outputs=[flat, h])
     if self.inertial or rows.needs_set_const:
-      full = _reads_invweight(scene)
+      full = self._set_const
       if full and scene.device.is_capturing:
         # set_const allocates, so it cannot live in a graph: the caller refreshes constants eagerly
         warnings.warn("inertial parameters in a captured graph: call Rollout.update_constants() after "

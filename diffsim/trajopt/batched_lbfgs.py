@@ -74,8 +74,13 @@ class BatchedLBFGS:
     return self.trial.copy()
 
   @property
+  def ndone(self) -> int:
+    """Worlds that stopped."""
+    return int((self.state == DONE).sum())
+
+  @property
   def all_done(self) -> bool:
-    return bool((self.state == DONE).all())
+    return self.ndone == len(self.state)
 
   def tell(self, f: np.ndarray, g: np.ndarray) -> np.ndarray:
     """The cost `(W,)` and gradient `(W, n)` at the last points returned; returns the next ones."""
@@ -111,8 +116,7 @@ class BatchedLBFGS:
   def _free(self, w: np.ndarray) -> np.ndarray:
     """`(len(w), n)` 1 where a variable is free to move along descent (not held by a bound)."""
     x, g = self.x[w], self.g[w]
-    lo, hi = np.broadcast_to(self.lower, self.x.shape)[w], np.broadcast_to(self.upper, self.x.shape)[w]
-    held = ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0))
+    held = ((x <= self._lo(w)) & (g > 0)) | ((x >= self._hi(w)) & (g < 0))
     return (~held).astype(np.float64)
 
   def _direction(self, w: np.ndarray) -> np.ndarray:

@@ -90,7 +90,7 @@ class LBFGSSolver(Solver):
         nit = int(opt.nit.max())
         if new and (nit % log_every == 0 or opt.all_done):
           bar.set_postfix_str(f"best {np.nanmin(opt.f):.4g}  median {np.nanmedian(opt.f):.4g}  "
-                              f"done {int((opt.state != 0).sum())}/{W}", refresh=False)
+                              f"done {int(opt.ndone)}/{W}", refresh=False)
           bar.update(nit - bar.n)
           if optim.stop_requested(callback, optim.Iterate(nit, self.read_best(), read_x=self.read_best_ctrl)):
             break
@@ -108,19 +108,15 @@ class LBFGSSolver(Solver):
     problem = self.problem
     problem.refresh_constants()
     self.start(ctrl0)
-    shape, nctrl = problem.ctrl.shape, problem.ctrl.size
     x0 = ctrl0.numpy().astype(np.float64).ravel()
     last = {}
     history = []
 
     def fun(x):
-      problem.ctrl.assign(x.reshape(shape).astype(np.float32))
-      self.step()
-      packed = self.packed.numpy().astype(np.float64)  # the one host read of the evaluation
-      cost = packed[nctrl:]
+      cost, grad = self._evaluate_at(x)
       last["x"], last["cost"] = x.copy(), cost
       last["best"] = np.fmin(last.get("best", cost), cost)  # as `record` keeps it on the device
-      return float(cost.sum()), packed[:nctrl]
+      return float(cost.sum()), grad.ravel()
 
     bar = optim.progress_bar(maxiter, self.method, progress)
 
