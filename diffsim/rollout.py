@@ -456,8 +456,8 @@ class Rollout:
       # same parameters made later (Gauss-Newton's second opinion) then finds them and leaves the
       # arrays this Rollout's graphs read in place
       self.layout.reserve(self.fd.nlane)
-      if self.adjoint is not None:
-        self.adjoint.rebuild()  # its launches read the parameter rows just reallocated
+      if self.adjoint is not None:  # its launches (and the Jacobians' tiled replay) read the rows just reallocated
+        (self._linearizer or self.adjoint).rebuild()
 
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""

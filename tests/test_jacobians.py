@@ -221,3 +221,49 @@ def test_acceleration_sensor_rows():
   ctrl, qpos0, qvel0 = _inputs(scene.mjm)
   a, lanes, clean, n, a_all = _compare(scene, 4, ctrl=np.tile(ctrl[:4], (2, 1, 1)), qpos0=qpos0, qvel0=qvel0)
   assert a_all < TOL, (a, lanes, clean)
+
+
+def _jacobians(scene, nstep, ctrl, *, batch_worlds, **kw):
+  from diffsim.adjoint import jacobian
+
+  saved, jacobian.BATCH_WORLDS = jacobian.BATCH_WORLDS, batch_worlds
+  try:
+    ro = diffsim.Rollout(scene, nstep, jacobian="analytic", **{k: v for k, v in kw.items() if k == "params"})
+  finally:
+    jacobian.BATCH_WORLDS = saved
+  u = wp.array(np.asarray(ctrl, np.float32), dtype=float, device=scene.device)
+  ro(u, qpos0=kw.get("qpos0"), qvel0=kw.get("qvel0"), linearize=True)
+  return ro._linearizer.copies, [a.numpy().astype(np.float64) for a in ro.jacobians()]
+
+
+def test_tiled_sweeps_match_one_sweep_per_row():
+  """A step's sweeps as one reverse pass of a tiled replay give the one-sweep-per-row Jacobians:
+  contacts with elliptic cones and a mass column, limits with sensors and mass and armature columns
+  (invweight0), acceleration sensors."""
+  from test_acc_sensors import IMU_ACC, _inputs
+
+  from diffsim.adjoint.jacobian import sweep_count
+
+  zoo = diffsim.Scene.from_xml(CONTACT_ZOO.replace('<option timestep="0.005"/>',
+                                                   '<option timestep="0.005" cone="elliptic"/>'), nworld=2, device=DEVICE)
+  d = mujoco.MjData(zoo.mjm)
+  for _ in range(100):
+    mujoco.mj_step(zoo.mjm, d)
+  limited = diffsim.Scene.from_xml(models.LIMITED.replace("</actuator>", """</actuator>
+    <sensor><jointpos joint="swing"/><framepos objtype="body" objname="slider"/></sensor>"""), nworld=2,
+                                   device=DEVICE)
+  imu = diffsim.Scene.from_xml(IMU_ACC, nworld=2, device=DEVICE)
+  ctrl, q_imu, v_imu = _inputs(imu.mjm)
+  cases = [
+    (zoo, _ctrl(zoo, 3, 2, 0.5), dict(qpos0=d.qpos.copy(), qvel0=d.qvel.copy(), params=[diffsim.Param("body_mass", "box")])),
+    (limited, np.tile([[[1.5, 2.5]]], (2, 3, 1)), dict(qpos0=np.array([0.301, 0.1005]), params=[
+      diffsim.Param("body_mass", "slider"), diffsim.Param("dof_armature", "swing")])),
+    (imu, np.tile(ctrl[:3], (2, 1, 1)), dict(qpos0=q_imu, qvel0=v_imu)),
+  ]
+  for scene, u, kw in cases:
+    one, (J1, S1) = _jacobians(scene, 3, u, batch_worlds=1, **kw)
+    alls, (J2, S2) = _jacobians(scene, 3, u, batch_worlds=1024, **kw)
+    assert one == 1 and alls == sweep_count(scene.mjm) > 1, (one, alls)
+    assert np.abs(J2 - J1).max() <= 1e-6 * np.abs(J1).max()  # measured: bit for bit
+    if scene.nsensordata:
+      assert np.abs(S2 - S1).max() <= 1e-6 * np.abs(S1).max()

@@ -57,6 +57,7 @@ One file per stage:
   program.py      `_Program`: the replay's recorded launches, forward and reverse
   step.py         `AnalyticStep`: rebuild, replay, backward
   jacobian.py     `AnalyticJacobian`: whole step and sensor Jacobians, one reverse sweep per row
+  tiled.py        `TiledReplay`: a step replayed on copies of the worlds, its sweeps in one reverse pass
 
 `AnalyticStep` and `AnalyticJacobian` are imported on first use, so `analytic_coverage` (which `Scene` asks) loads no kernels.
 """

@@ -17,7 +17,10 @@ the same linear map in every sweep) is formed once per rollout, as a matrix, not
 At most `nv + na + nsensordata` sweeps of the replay's adjoint per step: no perturbed worlds, and each column
 holds exactly what the tape gradient would give (the implicit function theorem at the solver's
 solution, across contact, limit and cone rows), so iLQR and Gauss-Newton see the same derivative
-as L-BFGS. The layout matches the lanes' (`step.FiniteDifferenceStep`): `z = [dqpos (nv, tangent),
+as L-BFGS. Where the batch is small (`nsweep * nworld <= BATCH_WORLDS`), where a sweep costs its
+launches rather than its arithmetic, the step is replayed on `nsweep` copies of the worlds and all
+its sweeps run as one reverse pass, a seed per copy (`tiled.py`; the same numbers, bit for bit).
+The layout matches the lanes' (`step.FiniteDifferenceStep`): `z = [dqpos (nv, tangent),
 qvel (nv), act (na), ctrl (nu), theta (nparam)]`, `J` `(nworld, nstep, nx, nz)`, `S`
 `(nworld, nstep + 1, ns, nz)`; control columns stay zero when the Rollout forms none.
 """
@@ -32,7 +35,13 @@ from ..joints import FREE, HINGE, SLIDE, tangent_grad
 from ..mjmodel import reads_body_invweight
 from .solve import _right_jacobian_t, _rotation
 
-__all__ = ["AnalyticJacobian", "sweep_count"]
+__all__ = ["AnalyticJacobian", "BATCH_WORLDS", "sweep_count"]
+
+# the most worlds a tiled replay may have (`AnalyticJacobian(batch_worlds=)`): a step's sweeps are one
+# reverse pass while `nsweep * nworld` stays within it, where launches, not arithmetic, set a sweep's
+# cost (the SO-101 arm's 5 sweeps, 200 captured steps on one CPU core: 0.70x the time of one pass per
+# row at 1 world, 0.87x at 2, 0.98x at 4; two passes of fewer copies lost to one per row)
+BATCH_WORLDS = 16
 
 
 @wp.kernel(enable_backward=False)
@@ -45,7 +54,7 @@ def _load_next(
   qvel_out: wp.array3d[float],  # (nworld, 2, nv): slot 1 holds the step's next velocity
 ):
   w, i = wp.tid()
-  qvel_out[w, 1, i] = qvel[w, k + count[0] + 1, i]
+  qvel_out[w, 1, i] = qvel[w % qvel.shape[0], k + count[0] + 1, i]  # a tiled replay's copies read their world
 
 
 @wp.kernel(enable_backward=False)
@@ -68,6 +77,47 @@ def _unit_sensor(
 ):
   w, i = wp.tid()
   sensordata_grad_out[w, i] = wp.where(i == row, 1.0, 0.0)
+
+
+@wp.func
+def _entry(
+  # Model:
+  nv: int,
+  na: int,
+  nu: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  # In:
+  w: int,
+  c: int,
+  step: float,
+  ctrl_columns: int,
+  qpos: wp.array2d[float],
+  qpos_grad: wp.array2d[float],
+  qvel_grad: wp.array2d[float],
+  act_grad: wp.array2d[float],
+  ctrl_grad: wp.array2d[float],
+  lam_q: wp.array2d[float],
+  lam_v: wp.array2d[float],
+  theta_grad: wp.array2d[float],
+) -> float:
+  """Column `c` of z of world `w`'s swept row (tangent-space `qpos`; `step` adds the integrator's terms)."""
+  nx = 2 * nv + na
+  g = float(0.0)
+  if c < nv:
+    g = tangent_grad(c, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, w, qpos_grad, w) + step * lam_q[w, c]
+  elif c < 2 * nv:
+    g = qvel_grad[w, c - nv] + step * lam_v[w, c - nv]
+  elif c < nx:
+    g = act_grad[w, c - 2 * nv]
+  elif c < nx + nu:
+    if ctrl_columns != 0:
+      g = ctrl_grad[w, c - nx]
+  else:
+    g = theta_grad[w, c - nx - nu]
+  return g
 
 
 @wp.kernel(enable_backward=False)
@@ -97,23 +147,75 @@ def _jacobian_row(
   # Out:
   jac_out: wp.array4d[float],  # (nworld, nstep (+ 1), nrow, nz)
 ):
-  """Row `row` of step `k + count[0]`'s Jacobian from one reverse sweep (tangent-space `qpos`)."""
+  """Row `row` of step `k + count[0]`'s Jacobian from one reverse sweep."""
   w, c = wp.tid()
-  nx = 2 * nv + na
-  step = float(with_step)
-  g = float(0.0)
-  if c < nv:
-    g = tangent_grad(c, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, qpos, w, qpos_grad, w) + step * lam_q[w, c]
-  elif c < 2 * nv:
-    g = qvel_grad[w, c - nv] + step * lam_v[w, c - nv]
-  elif c < nx:
-    g = act_grad[w, c - 2 * nv]
-  elif c < nx + nu:
-    if ctrl_columns != 0:
-      g = ctrl_grad[w, c - nx]
+  jac_out[w, k + count[0], row, c] = _entry(nv, na, nu, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, w, c,
+                                            float(with_step), ctrl_columns, qpos, qpos_grad, qvel_grad, act_grad,
+                                            ctrl_grad, lam_q, lam_v, theta_grad)
+
+
+@wp.kernel(enable_backward=False)
+def _unit_seeds(
+  # In:
+  nworld: int,
+  rows: wp.array[int],  # (copies,) each copy's row
+  kinds: wp.array[int],  # (copies,) 1 a next-state row, 0 a sensor row
+  integrate: int,  # 0: the final state's sensors (no next state: its rows get no seed)
+  # Out:
+  lam_out: wp.array3d[float],  # (copies * nworld, 2, nx): slot 1 is the next state's adjoint
+  sensordata_grad_out: wp.array2d[float],  # (copies * nworld, ns)
+):
+  """Each copy's unit seed, on the next state or on the sensors (`TiledReplay` worlds)."""
+  w, i = wp.tid()
+  kind, row = kinds[w // nworld], rows[w // nworld]
+  if i < lam_out.shape[2]:
+    lam_out[w, 1, i] = wp.where(kind == 1 and integrate != 0 and i == row, 1.0, 0.0)
+  if i < sensordata_grad_out.shape[1]:
+    sensordata_grad_out[w, i] = wp.where(kind == 0 and i == row, 1.0, 0.0)
+
+
+@wp.kernel(enable_backward=False)
+def _tiled_rows(
+  # Model:
+  nv: int,
+  na: int,
+  nu: int,
+  jnt_type: wp.array[int],
+  jnt_qposadr: wp.array[int],
+  jnt_dofadr: wp.array[int],
+  dof_jntid: wp.array[int],
+  # In:
+  k: int,
+  count: wp.array[int],
+  nworld: int,
+  rows: wp.array[int],
+  kinds: wp.array[int],
+  integrate: int,
+  ctrl_columns: int,
+  qpos: wp.array2d[float],  # (copies * nworld, nq) the tiled replay's state
+  qpos_grad: wp.array2d[float],
+  qvel_grad: wp.array2d[float],
+  act_grad: wp.array2d[float],
+  ctrl_grad: wp.array2d[float],
+  lam_q: wp.array2d[float],
+  lam_v: wp.array2d[float],
+  theta_grad: wp.array2d[float],  # (copies * nworld, nparam)
+  # Out:
+  jac_out: wp.array4d[float],  # (nworld, nstep, nx, nz)
+  sjac_out: wp.array4d[float],  # (nworld, nstep + 1, ns, nz)
+):
+  """`_jacobian_row` for every copy: copy `w // nworld` writes its row of world `w % nworld` (a
+  sensor copy's integrator terms are zero: its next state had no seed)."""
+  w, c = wp.tid()
+  kind, row = kinds[w // nworld], rows[w // nworld]
+  if kind == 1 and integrate == 0:
+    return
+  g = _entry(nv, na, nu, jnt_type, jnt_qposadr, jnt_dofadr, dof_jntid, w, c, float(integrate), ctrl_columns, qpos,
+             qpos_grad, qvel_grad, act_grad, ctrl_grad, lam_q, lam_v, theta_grad)
+  if kind == 1:
+    jac_out[w % nworld, k + count[0], row, c] = g
   else:
-    g = theta_grad[w, c - nx - nu]
-  jac_out[w, k + count[0], row, c] = g
+    sjac_out[w % nworld, k + count[0], row, c] = g
 
 
 @wp.kernel(enable_backward=False)
@@ -210,18 +312,19 @@ def _apply_invweight(
   G_dof: wp.array2d[float],  # (rows, nv) and of dof_invweight0
   K: wp.array3d[float],  # (nworld, ninv, nparam) d(invweight0) / d(theta), transposed
   # Out:
-  theta_out: wp.array2d[float],  # (nworld, nparam) accumulated
+  theta_out: wp.array2d[float],  # (nworld (x copies), nparam) accumulated
 ):
   w, j = wp.tid()
   rb = w % G_body.shape[0]
   rd = w % G_dof.shape[0]
+  v = w % K.shape[0]  # a tiled replay's copy reads its world's K
   nb = G_body.shape[1]
   g = float(0.0)
   for b in range(nb):
     gb = G_body[rb, b]
-    g += gb[0] * K[w, 2 * b, j] + gb[1] * K[w, 2 * b + 1, j]
+    g += gb[0] * K[v, 2 * b, j] + gb[1] * K[v, 2 * b + 1, j]
   for d in range(G_dof.shape[1]):
-    g += G_dof[rd, d] * K[w, 2 * nb + d, j]
+    g += G_dof[rd, d] * K[v, 2 * nb + d, j]
   theta_out[w, j] += g
 
 
@@ -255,7 +358,7 @@ class AnalyticJacobian:
   acceleration) and fills `jac[:, k]` and `sjac[:, k]`; `sense` fills `sjac[:, nstep]`.
   """
 
-  def __init__(self, analytic, *, ctrl_jacobian: bool):
+  def __init__(self, analytic, *, ctrl_jacobian: bool, batch_worlds: int | None = None):
     self.analytic = analytic
     self.scene = s = analytic.scene
     self.ctrl_jacobian = bool(ctrl_jacobian)
@@ -271,6 +374,20 @@ class AnalyticJacobian:
     # acceleration-stage rows: a sweep through the step's implicit function theorem (`AnalyticStep.reverse`)
     self._acc_rows = set() if analytic.acc_cols is None else {int(c) for c in analytic.acc_cols}
     self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
+    # every sweep of a step in one reverse pass of a tiled replay, where the batch is small (`tiled.py`)
+    sweeps = [(i, 1) for i in range(s.nv, s.nx)] + [(r, 0) for r in self._swept]
+    cap = BATCH_WORLDS if batch_worlds is None else int(batch_worlds)
+    self._tiled = None
+    if len(sweeps) >= 2 and len(sweeps) * s.nworld <= cap:
+      from .tiled import TiledReplay
+
+      self._tiled = TiledReplay(analytic, len(sweeps))
+      self._rows = wp.array(np.array([r for r, _ in sweeps], np.int32), dtype=int, device=s.device)
+      self._kinds = wp.array(np.array([kind for _, kind in sweeps], np.int32), dtype=int, device=s.device)
+      self._acc_swept = any(r in self._acc_rows for r in self._swept)
+      nt = self._tiled.nworld
+      self._lam_t, self._qvel_t = z(nt, 2, s.nx), z(nt, 2, s.nv)
+      self._theta_t = z(nt, max(analytic.nparam, 1))
 
   @property
   def nsweep(self) -> int:
@@ -297,10 +414,24 @@ class AnalyticJacobian:
       a.gather_theta(self._theta)
       wp.launch(_store_column, dim=(s.nworld, a.nparam), device=s.device, inputs=[e, self._theta], outputs=[self._K])
 
+  @property
+  def copies(self) -> int:
+    """Sweeps per reverse pass: the tiled replay's copies of the worlds (`nsweep`), or 1 (one pass per row)."""
+    return 1 if self._tiled is None else self._tiled.copies
+
+  def rebuild(self) -> None:
+    """Remakes the tiled replay where a field it copies was reallocated (`AnalyticStep.rebuild`)."""
+    self.analytic.rebuild()
+    if self._tiled is not None:
+      self._tiled.build()
+
   def begin(self) -> None:
     self.analytic.begin()
     if self.analytic.invweight is not None and self.analytic.nparam:
       self._invweight_jacobian()
+    if self._tiled is not None:
+      self._tiled.build()
+      self._tiled.refresh()  # the parameters' values of this rollout, in every copy's rows
 
   def advance(self) -> None:
     self.analytic.advance()
@@ -314,6 +445,9 @@ class AnalyticJacobian:
     a.step(traj, ctrl, warm, k, qacc=qacc)
     a.rebuild()
     s = self.scene
+    if self._tiled is not None:
+      self._tiled_step(traj, qacc, k, jac, sjac)
+      return
     a.replay(traj, qacc, k, True, count=self.count)
     wp.launch(_load_next, dim=(s.nworld, s.nv), device=s.device, inputs=[k, self.count, traj.qvel],
               outputs=[self._qvel])
@@ -328,18 +462,74 @@ class AnalyticJacobian:
     a.sense(traj, ctrl, warm, k, qacc=qacc)
     if not self.scene.nsensordata:
       return
+    if self._swept and self._tiled is not None:
+      T = self._tiled
+      T.build()
+      T.step.replay(traj, qacc if a.acc_sensors else None, k, a.acc_sensors, count=self.count)
+      self._tiled_pass(k, jac=sjac, sjac=sjac, integrate=False)
+      self._selection(k, sjac)
+      return
     if self._swept:  # the replay feeds the sensor sweeps only; selection rows read nothing of it
       a.rebuild()
       a.replay(traj, qacc if a.acc_sensors else None, k, a.acc_sensors, count=self.count)
     self._sensor_rows(k, sjac)
 
-  def _sensor_rows(self, k: int, sjac: wp.array) -> None:
+  def _selection(self, k: int, sjac: wp.array) -> None:
     s = self.scene
     if self._sel_rows.shape[0]:
       wp.launch(_selection_rows, dim=(s.nworld, self._sel_rows.shape[0]), device=s.device,
                 inputs=[k, self.count, self._sel_rows, self._sel_cols], outputs=[sjac])
+
+  def _sensor_rows(self, k: int, sjac: wp.array) -> None:
+    self._selection(k, sjac)
     for i in self._swept:
       self._sweep(k, i, sjac, state_row=False)
+
+  def _tiled_step(self, traj, qacc, k: int, jac: wp.array, sjac: wp.array) -> None:
+    """`step`'s rows from the tiled replay: every sweep in one reverse pass."""
+    s, T = self.scene, self._tiled
+    T.build()
+    T.step.replay(traj, qacc, k, True, count=self.count)
+    wp.launch(_load_next, dim=(T.nworld, s.nv), device=s.device, inputs=[k, self.count, traj.qvel],
+              outputs=[self._qvel_t])
+    self._tiled_pass(k, jac=jac, sjac=sjac, integrate=True)
+    wp.launch(_position_rows, dim=(s.nworld, s.mjm.njnt), device=s.device,
+              inputs=[s.dt, s.jnt_type, s.jnt_dofadr, k, self.count, traj.qvel], outputs=[jac])
+    if s.nsensordata:
+      self._selection(k, sjac)
+
+  def _tiled_pass(self, k: int, *, jac: wp.array, sjac: wp.array, integrate: bool) -> None:
+    """Every sweep of step `k + count[0]` (`_sweep`'s) as one reverse pass of the tiled replay, each
+    copy seeded with its row. `integrate=False`: the final state's sensor rows only."""
+    s, T = self.scene, self._tiled
+    a, n = T.step, T.nworld
+    P = a.program
+    a.zero_grads()
+    a.zero_field_grads()
+    wp.launch(_unit_seeds, dim=(n, max(s.nx, s.nsensordata)), device=s.device,
+              inputs=[s.nworld, self._rows, self._kinds, int(integrate)],
+              outputs=[self._lam_t, P.grads[id(a.sensordata)]])
+    sensors = bool(self._swept)
+    if integrate and not (sensors and a.acc_sensors):
+      # by linearity one pass serves both kinds: a state copy's sensor seed is zero, a sensor copy's next state's
+      a.seed_step(0, self._qvel_t, self._lam_t)
+      P.backward_from(("step", "state"), [a.tau_e, a.tau_a, a.damp, a.force, a.act_next] +
+                      ([a.sensordata] if sensors else []))
+    elif integrate or self._acc_swept:
+      a.reverse(0, self._qvel_t, self._lam_t, integrate=integrate)
+    else:
+      P.backward_from(("state",), [a.sensordata])
+    if a.nparam:
+      a.gather_theta(self._theta_t)
+      if a.invweight is not None:
+        iw = a.invweight
+        wp.launch(_apply_invweight, dim=(n, a.nparam), device=s.device, inputs=[iw.G_body, iw.G_dof, self._K],
+                  outputs=[self._theta_t])
+    wp.launch(_tiled_rows, dim=(n, jac.shape[3]), device=s.device,
+              inputs=[s.nv, s.na, s.nu, s.jnt_type, s.jnt_qposadr, s.jnt_dofadr, s.dof_jntid, k, self.count, s.nworld,
+                      self._rows, self._kinds, int(integrate), int(self.ctrl_jacobian), a.qpos] +
+              a._leaves + [a.lam_q, a.lam_v, self._theta_t],
+              outputs=[jac, sjac])
 
   def _sweep(self, k: int, row: int, out: wp.array, *, state_row: bool) -> None:
     """One reverse pass of the replay seeded on state row `row` of step `k + count[0]`'s next state

@@ -53,18 +53,19 @@ def _load_step(
   qacc_out: wp.array2d[float],
 ):
   w = wp.tid()
+  v = w % qpos.shape[0]  # a tiled replay's copies read their world (`tiled.py`)
   k += count[0]
   kc = wp.min(k, ctrl.shape[1] - 1)  # the final sensors read the last control
   kq = wp.min(k, qacc.shape[1] - 1)
   for i in range(qpos.shape[2]):
-    qpos_out[w, i] = qpos[w, k, i]
+    qpos_out[w, i] = qpos[v, k, i]
   for i in range(qvel.shape[2]):
-    qvel_out[w, i] = qvel[w, k, i]
-    qacc_out[w, i] = qacc[w, kq, i]
+    qvel_out[w, i] = qvel[v, k, i]
+    qacc_out[w, i] = qacc[v, kq, i]
   for i in range(act.shape[2]):
-    act_out[w, i] = act[w, k, i]
+    act_out[w, i] = act[v, k, i]
   for i in range(ctrl.shape[2]):
-    ctrl_out[w, i] = ctrl[w, kc, i]
+    ctrl_out[w, i] = ctrl[v, kc, i]
 
 
 @wp.kernel(enable_backward=False)
