@@ -17,8 +17,8 @@ the same linear map in every sweep) is formed once per rollout, as a matrix, not
 At most `nv + na + nsensordata` sweeps of the replay's adjoint per step: no perturbed worlds, and each column
 holds exactly what the tape gradient would give (the implicit function theorem at the solver's
 solution, across contact, limit and cone rows), so iLQR and Gauss-Newton see the same derivative
-as L-BFGS. Where the batch is small (`nsweep * nworld <= BATCH_WORLDS`), where a sweep costs its
-launches rather than its arithmetic, the step is replayed on `nsweep` copies of the worlds and all
+as L-BFGS. Where the batch is small (`nsweep * nworld <= BATCH_WORLDS`, no contacts), where a sweep
+costs its launches rather than its arithmetic, the step is replayed on `nsweep` copies of the worlds and all
 its sweeps run as one reverse pass, a seed per copy (`tiled.py`; the same numbers, bit for bit).
 The layout matches the lanes' (`step.FiniteDifferenceStep`): `z = [dqpos (nv, tangent),
 qvel (nv), act (na), ctrl (nu), theta (nparam)]`, `J` `(nworld, nstep, nx, nz)`, `S`
@@ -38,9 +38,10 @@ from .solve import _right_jacobian_t, _rotation
 __all__ = ["AnalyticJacobian", "BATCH_WORLDS", "sweep_count"]
 
 # the most worlds a tiled replay may have (`AnalyticJacobian(batch_worlds=)`): a step's sweeps are one
-# reverse pass while `nsweep * nworld` stays within it, where launches, not arithmetic, set a sweep's
-# cost (the SO-101 arm's 5 sweeps, 200 captured steps on one CPU core: 0.70x the time of one pass per
-# row at 1 world, 0.87x at 2, 0.98x at 4; two passes of fewer copies lost to one per row)
+# reverse pass (on a model without contacts) while `nsweep * nworld` stays within it, where launches,
+# not arithmetic, set a sweep's cost (mujoco.sysid's arm test, 5 sweeps, 200 captured steps, one core:
+# 0.70x the time of one pass per row at 1 world, 0.87x at 2, 0.98x at 4; two passes of fewer copies
+# lost to one per row)
 BATCH_WORLDS = 16
 
 
@@ -374,11 +375,13 @@ class AnalyticJacobian:
     # acceleration-stage rows: a sweep through the step's implicit function theorem (`AnalyticStep.reverse`)
     self._acc_rows = set() if analytic.acc_cols is None else {int(c) for c in analytic.acc_cols}
     self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
-    # every sweep of a step in one reverse pass of a tiled replay, where the batch is small (`tiled.py`)
+    # every sweep of a step in one reverse pass of a tiled replay, where the batch is small (`tiled.py`);
+    # not with contacts: the replay's collision, run on every copy, then costs more than the launches saved
+    # (the SO-101 at 1 world: 1.14x the time of one pass per row)
     sweeps = [(i, 1) for i in range(s.nv, s.nx)] + [(r, 0) for r in self._swept]
     cap = BATCH_WORLDS if batch_worlds is None else int(batch_worlds)
     self._tiled = None
-    if len(sweeps) >= 2 and len(sweeps) * s.nworld <= cap:
+    if analytic.contacts is None and len(sweeps) >= 2 and len(sweeps) * s.nworld <= cap:
       from .tiled import TiledReplay
 
       self._tiled = TiledReplay(analytic, len(sweeps))
