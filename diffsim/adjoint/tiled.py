@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import warp as wp
 
-from ..params import model_field, model_rows, set_model_field
+from ..params import flat_rows, model_field, model_rows, set_model_field
 
 __all__ = ["TiledReplay"]
 
@@ -37,13 +37,6 @@ def _tile_rows(
 ):
   r, c = wp.tid()
   dst[r, c] = src[(r % nworld) % src.shape[0], c]  # the row the copy's world reads in the scene
-
-
-def _flat(a: wp.array) -> wp.array:
-  """Float view `(rows, floats per row)` of a contiguous array (no copy)."""
-  n = a.shape[0]
-  return wp.array(ptr=a.ptr, shape=(n, a.size // n * wp.types.type_size(a.dtype)), dtype=float, device=a.device,
-                  copy=False)
 
 
 class _TiledScene:
@@ -104,7 +97,8 @@ class TiledReplay:
       src = model_field(s.model, f)
       dst = wp.zeros((self.nworld,) + tuple(src.shape[1:]), dtype=src.dtype, device=s.device)
       set_model_field(m, f, dst)
-      self._pairs.append((_flat(src), _flat(dst)))
+      width = wp.types.type_size(src.dtype)
+      self._pairs.append((flat_rows(src, width), flat_rows(dst, width)))
     fwd = self.base.fwd.data
     # the contacts' own Data (`ContactRows`) holds every copy's contacts: naconmax is over all worlds
     data = SimpleNamespace(data=SimpleNamespace(naconmax=fwd.naconmax * self.copies, njmax=fwd.njmax))
