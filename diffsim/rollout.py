@@ -40,6 +40,8 @@ import warp as wp
 from .joints import BALL, FREE, load_quat, tangent_grad
 from .kernels import init_state
 from .params import Param, ParamLayout
+from .rollout_checks import DivergenceError, GradientWarning, as_state, check_ctrl, check_finite, check_finite_inputs
+from .rollout_checks import check_switches
 from .scene import off_tape
 from .step import FiniteDifferenceStep, resolve_eps
 
@@ -48,16 +50,6 @@ __all__ = ["Trajectory", "Rollout", "rollout", "DivergenceError", "GradientWarni
 _log = logging.getLogger("diffsim")
 GRADIENTS = ("auto", "analytic", "finite_difference")  # how a Rollout forms tape gradients
 JACOBIANS = GRADIENTS  # and step Jacobians (linearized calls)
-
-
-class DivergenceError(FloatingPointError):
-  """A rollout produced NaN or Inf; the message names the first world and step."""
-
-
-class GradientWarning(UserWarning):
-  """Step Jacobians that crossed a constraint switch or an actuator force clamp on every
-  finite-difference lane; the message names the first world and step and the clamp (see
-  `check_switches`)."""
 
 
 @dataclass
@@ -259,70 +251,6 @@ def _seed_tangents(
   dx_out[w, 0, i, c] = tangent0[w % tangent0.shape[0], i, c]
 
 
-@wp.kernel
-def _count_nonfinite(a: wp.array3d[float], count: wp.array[int]):
-  w, k, i = wp.tid()
-  if not wp.isfinite(a[w, k, i]):
-    wp.atomic_add(count, 0, 1)
-
-
-@wp.kernel
-def _first_nonfinite_step(a: wp.array3d[float], first: wp.array[int]):
-  w, k, i = wp.tid()
-  if not wp.isfinite(a[w, k, i]):
-    wp.atomic_min(first, w, k)
-
-
-def _as_state(x, name: str, n: int, width: int, scene, default: wp.array) -> wp.array:
-  """`(nworld, width)` or `(width,)` input as a 2-D float array on the scene's device."""
-  if x is None:
-    return default
-  if isinstance(x, wp.array):
-    if x.dtype != wp.float32:
-      raise TypeError(f"{name} must be a float32 wp.array, got dtype {wp.types.type_repr(x.dtype)}")
-    if x.device != scene.device:
-      raise ValueError(f"{name} is on {x.device} but the scene is on {scene.device}; use wp.clone({name}, device=...)")
-    if x.ndim == 1:
-      x = x.reshape((1, x.shape[0]))
-    if x.ndim != 2 or x.shape[1] != width or x.shape[0] not in (1, n):
-      raise ValueError(f"{name} must have shape (nworld={n}, {width}) or ({width},), got {x.shape}")
-    return x
-  a = np.asarray(x, dtype=np.float32)
-  if a.ndim == 1:
-    a = a[None]
-  if a.ndim != 2 or a.shape[1] != width or a.shape[0] not in (1, n):
-    raise ValueError(f"{name} must have shape (nworld={n}, {width}) or ({width},), got {np.shape(x)}")
-  return wp.array(a, dtype=float, device=scene.device)
-
-
-def _check_ctrl(scene, ctrl) -> int:
-  if not isinstance(ctrl, wp.array):
-    raise TypeError(f"ctrl must be a wp.array of shape (nworld, nstep, nu), got {type(ctrl).__name__}; "
-                    "use wp.array(np_ctrl, dtype=float, requires_grad=True)")
-  if ctrl.dtype != wp.float32:
-    raise TypeError(f"ctrl must have dtype float32, got {wp.types.type_repr(ctrl.dtype)}")
-  if ctrl.device != scene.device:
-    raise ValueError(f"ctrl is on {ctrl.device} but the scene is on {scene.device}; "
-                     f"use wp.clone(ctrl, device='{scene.device}')")
-  if ctrl.ndim != 3 or ctrl.shape[0] != scene.nworld or ctrl.shape[2] != scene.nu:
-    raise ValueError(f"ctrl must have shape (nworld={scene.nworld}, nstep, nu={scene.nu}), got {ctrl.shape}")
-  if ctrl.shape[1] < 1:
-    raise ValueError("ctrl has nstep = 0; a rollout needs at least one step")
-  return ctrl.shape[1]
-
-
-def _check_finite_inputs(scene, arrays: dict[str, wp.array]) -> None:
-  count = wp.zeros(1, dtype=int, device=scene.device)
-  for name, a in arrays.items():
-    if a is None or a.size == 0:
-      continue
-    a3 = a.reshape((a.shape[0], -1, a.shape[-1])) if a.ndim != 3 else a
-    wp.launch(_count_nonfinite, dim=a3.shape, inputs=[a3, count], device=scene.device)
-    n = int(count.numpy()[0])
-    if n:
-      raise ValueError(f"{name} contains {n} NaN/Inf value(s); rollouts need finite inputs")
-
-
 @dataclass
 class _Call:
   """What one rollout call reads and writes, and the stepper that runs it."""
@@ -367,6 +295,8 @@ class Rollout:
       (default: as `gradient`): `"auto"` the analytic step's (`adjoint.AnalyticJacobian`, no
       perturbation lanes) where `analytic_coverage` allows, else the lanes. `jacobian` and
       `jacobian_reason` say which and why.
+    lazy: make the one-lane stepper's MJWarp Data and the analytic step on first use, not here
+      (`build`; before a graph capture of the first call).
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -380,7 +310,7 @@ class Rollout:
   def __init__(self, scene, nstep: int, *, params: Sequence[Param] | None = None, differentiable: bool = True,
                central: bool = True, ctrl_jacobian: bool = True, eps: float | dict | None = None,
                check: bool = False, directions: int = 0, guard: bool | None = None, gradient: str = "auto",
-               jacobian: str | None = None):
+               jacobian: str | None = None, lazy: bool = False):
     if not isinstance(nstep, (int, np.integer)) or nstep < 1:
       raise ValueError(f"nstep must be a positive integer, got {nstep!r}")
     if gradient not in GRADIENTS:
@@ -388,8 +318,6 @@ class Rollout:
     jacobian = gradient if jacobian is None else jacobian
     if jacobian not in JACOBIANS:
       raise ValueError(f"jacobian must be one of {JACOBIANS}, got {jacobian!r}")
-    from .adjoint import AnalyticJacobian, AnalyticStep  # import mujoco_warp: only once a Rollout is built
-
     # building launches kernels (MJWarp's memory probe, parameter rows): keep them off a user's tape
     with off_tape():
       self.scene = scene
@@ -409,14 +337,47 @@ class Rollout:
       # the last differentiable call's switch counts (`run` without buffers, as `rollout` calls it, makes its own)
       self._switches, self._kinks = self.buffers.switches, self.buffers.kinks
       # the one-lane stepper (and its MJWarp Data) for forward-only calls, made here and not on first
-      # use: put_data inside a graph capture would be recorded instead of run
-      self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False) if differentiable else self.fd
+      # use (unless `lazy`): put_data inside a graph capture would be recorded instead of run
+      self._fwd = FiniteDifferenceStep(scene, self.layout.nparam, differentiable=False, lazy=lazy) \
+        if differentiable else self.fd
       # and the parameters' per-lane model rows, for the same reason
       self.layout.reserve(1 if analytic else self.fd.nlane)
+      self._analytic = analytic
+      self._adjoint = self._linearizer = None
+      self._built = self._reserved = False
+      if not lazy:
+        self.build()
+
+  def build(self) -> None:
+    """Makes what `lazy=True` left for first use: the one-lane stepper's MJWarp Data and the analytic
+    step's arrays and launches (`adjoint.AnalyticStep`, `AnalyticJacobian`). A no-op once built.
+
+    It allocates, so it must run outside a graph capture: call it before capturing a lazy Rollout's
+    first call. A Rollout that may never run (system identification's main rollout while LM
+    linearizes with a forward-mode one) saves a `put_data` and the analytic step's set-up."""
+    if self._built:
+      return
+    if self.scene.device.is_capturing:
+      raise RuntimeError("a Rollout built with lazy=True was first used inside a graph capture, where it cannot "
+                         "allocate its MJWarp Data and analytic step; call its build() before capturing")
+    from .adjoint import AnalyticJacobian, AnalyticStep
+
+    with off_tape():
+      self._fwd.data
+      self._lanes()
       # the analytic adjoint's arrays and launches, made after the parameter rows they read
-      self.adjoint = AnalyticStep(scene, self.layout, self._fwd) if analytic else None
-      self._linearizer = AnalyticJacobian(self.adjoint, ctrl_jacobian=self.fd.ctrl_jacobian) \
-        if self.jacobian == "analytic" else None
+      if self._analytic:
+        self._adjoint = AnalyticStep(self.scene, self.layout, self._fwd)
+      if self.jacobian == "analytic":
+        self._linearizer = AnalyticJacobian(self._adjoint, ctrl_jacobian=self.fd.ctrl_jacobian)
+    self._built = True
+
+  @property
+  def adjoint(self):
+    """The analytic step (`adjoint.AnalyticStep`) where the tape gradients or the Jacobians are
+    analytic, else None (made on first use with `lazy=True`)."""
+    self.build()
+    return self._adjoint
 
   @property
   def params(self) -> list[Param]:
@@ -447,17 +408,24 @@ class Rollout:
   def reserve_linearization(self) -> None:
     """Allocates the step Jacobians and the perturbation lanes now, outside any graph capture. A
     Rollout whose tape gradients are analytic makes them on its first `linearize=True` call;
-    call this first when that call will be captured (iLQR, Gauss-Newton)."""
+    call this first when that call will be captured (iLQR, Gauss-Newton). A lazy Rollout makes
+    its lanes at `build`."""
     if self.fd.differentiable and not self.fd.ndir:
       self.buffers.jacobian_buffers()
-      if self._linearizer is None:  # the analytic step's Jacobians need no lane worlds
-        self.fd.data
       # the lanes' parameter rows all the same (a few floats per lane): a forward-mode Rollout of the
       # same parameters made later (Gauss-Newton's second opinion) then finds them and leaves the
       # arrays this Rollout's graphs read in place
       self.layout.reserve(self.fd.nlane)
-      if self.adjoint is not None:  # its launches (and the Jacobians' tiled replay) read the rows just reallocated
-        (self._linearizer or self.adjoint).rebuild()
+      self._reserved = True
+      if self._built:
+        self._lanes()
+        if self._analytic:  # its launches (and the Jacobians' tiled replay) read the rows just reallocated
+          (self._linearizer or self._adjoint).rebuild()
+
+  def _lanes(self) -> None:
+    """The lane worlds of linearized calls, once reserved (the analytic step's Jacobians need none)."""
+    if self._reserved and self.jacobian != "analytic":
+      self.fd.data
 
   def jacobians(self) -> tuple[wp.array, wp.array]:
     """`(J, S)` of the last differentiable call: `(nworld, nstep, nx, nz)`, `(nworld, nstep + 1, ns, nz)`."""
@@ -472,18 +440,22 @@ class Rollout:
   def nsweep(self) -> int:
     """Reverse passes of the analytic step's replay that a linearized call runs per step
     (`adjoint.AnalyticJacobian.nsweep`); 0 with the lanes' Jacobians."""
-    return 0 if self._linearizer is None else self._linearizer.nsweep
+    if self.jacobian != "analytic":
+      return 0
+    from .adjoint.jacobian import sweep_count
+
+    return sweep_count(self.scene.mjm)
 
   @property
   def nlane(self) -> int:
     """MJWarp worlds per world that a linearized call steps: 1 with the analytic step's Jacobians."""
-    return 1 if self._linearizer is not None else self.fd.nlane
+    return 1 if self.jacobian == "analytic" else self.fd.nlane
 
   @property
   def nominal_data(self):
     """The MJWarp `Data` whose first `nworld` worlds ran the last linearized call's nominal
     trajectories (the lanes' worlds, or the analytic step's own), e.g. to read constraint rows."""
-    return self._fwd.data if self._linearizer is not None else self.fd.data
+    return self._fwd.data if self.jacobian == "analytic" else self.fd.data
 
   def switches(self) -> wp.array:
     """`(nworld, nstep + 1)` int: per world and step of the last differentiable call, the Jacobian
@@ -511,7 +483,7 @@ class Rollout:
     """Runs the rollout; see the class docstring. `linearize=True` forms the Jacobians (read them
     with `jacobians()`) without a tape, e.g. for iLQR or Gauss-Newton; in forward mode the tangents
     from `tangent0` (read them with `tangents()`)."""
-    b = buffers or _Buffers(self.scene, self.nstep, self.fd, self.adjoint is not None)
+    b = buffers or _Buffers(self.scene, self.nstep, self.fd, self._analytic)
     self.ncall += 1
     tape = wp._src.context.runtime.tape
     if tape is not None and self.fd.ndir:
@@ -585,14 +557,14 @@ class Rollout:
                linearize: bool = False) -> _Call:
     """Checks the inputs of a call (host only) and picks its stepper."""
     scene = self.scene
-    if _check_ctrl(scene, ctrl) != self.nstep:
+    if check_ctrl(scene, ctrl) != self.nstep:
       raise ValueError(f"ctrl has {ctrl.shape[1]} steps but this Rollout was built for nstep={self.nstep}")
     n = scene.nworld
-    state0 = (_as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0),
-              _as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0),
-              _as_state(act0, "act0", n, scene.na, scene, b.act0))
+    state0 = (as_state(qpos0, "qpos0", n, scene.nq, scene, b.qpos0),
+              as_state(qvel0, "qvel0", n, scene.nv, scene, b.qvel0),
+              as_state(act0, "act0", n, scene.na, scene, b.act0))
     # analytic: the analytic step runs the call (its adjoint on a tape; its Jacobians when linearized)
-    analytic = differentiate and (self._linearizer is not None if linearize else self.gradient == "analytic")
+    analytic = differentiate and (self.jacobian if linearize else self.gradient) == "analytic"
     if differentiate and not self.fd.ndir and (linearize or not analytic):
       b.jacobian_buffers()
     if differentiate and not analytic and not self.fd.ndir:
@@ -612,7 +584,8 @@ class Rollout:
       elif tangent0.ndim != 3 or tangent0.shape[1:] != shape or tangent0.shape[0] not in (1, n):
         raise ValueError(f"tangent0 must have shape (nworld={n}, nx={shape[0]}, directions={shape[1]}) or "
                          f"(1, {shape[0]}, {shape[1]}), got {tangent0.shape}")
-    stepper = (self._linearizer if linearize else self.adjoint) if analytic else self.fd if differentiate else \
+    self.build()  # a lazy Rollout's first call (outside a capture: `build`)
+    stepper = (self._linearizer if linearize else self._adjoint) if analytic else self.fd if differentiate else \
       self._fwd
     return _Call(b, ctrl, state0, tangent0, differentiate, stepper,
                  Trajectory(b.qpos, b.qvel, b.act, b.sensordata, ctrl, scene.dt), analytic)
@@ -700,54 +673,6 @@ def _choose_gradient(scene, layout: ParamLayout, gradient: str, differentiable: 
   return "finite_difference", reason
 
 
-def check_finite(traj: Trajectory) -> None:
-  """Raises `DivergenceError` naming the first world and step whose state is NaN or Inf."""
-  dev = traj.qpos.device
-  n = traj.nworld
-  first = wp.full(n, traj.nstep + 1, dtype=int, device=dev)
-  for a in (traj.qpos, traj.qvel, traj.act):
-    if a.size:
-      wp.launch(_first_nonfinite_step, dim=a.shape, inputs=[a, first], device=dev)
-  f = first.numpy()
-  bad = np.nonzero(f <= traj.nstep)[0]
-  if bad.size:
-    w = int(bad[np.argmin(f[bad])])
-    raise DivergenceError(
-      f"rollout diverged: world {w} has a NaN/Inf state at step {int(f[w])} (of {traj.nstep}); "
-      f"{bad.size} of {n} worlds diverged. Lower the timestep, the controls, or check the model.")
-
-
-def check_switches(ro: "Rollout") -> int:
-  """The gradient's self-check: warns (`GradientWarning`) when a step Jacobian column of the last
-  differentiable call of `ro` could not avoid a constraint switch or actuator force clamp
-  (`Rollout.switches`), naming the first world and step and the first clamp (`Rollout.kinks`);
-  returns the number of such columns. Costs two host reads of `(nworld, nstep + 1)` ints;
-  `rollout(check=True)` and `Rollout(check=True)` call it."""
-  import warnings
-
-  counts = ro.switches().numpy()
-  total = int(counts.sum())
-  if total:
-    from .lane_solver import kink_name
-
-    w, k = (int(i[0]) for i in np.nonzero(counts))
-    rows = int(np.count_nonzero(counts))
-    kinks = ro.kinks().numpy()
-    kink = ""
-    if kinks.any():
-      kw, kk = (int(i[0]) for i in np.nonzero(kinks))
-      kink = (f"; the lanes straddle {kink_name(ro.scene.mjm, int(kinks[kw, kk]))} at step {kk} in world {kw} "
-              f"({np.count_nonzero(kinks)} world-step(s) at actuator force clamps; gradient='analytic' "
-              f"differentiates them where the model is covered)")
-    warnings.warn(
-      f"{total} finite-difference Jacobian column(s) in {rows} world-step(s), first world {w} at step {k}, crossed "
-      f"a constraint switch on every lane (a contact or limit appearing, vanishing or changing regime within the "
-      f"step, or an actuator force clamp engaging or letting go){kink}: the gradient through those steps is "
-      f"unreliable. Use central differences (central=True), a smaller qpos step (eps={{'qpos': ...}}), or a state "
-      f"further from the switch.", GradientWarning, stacklevel=3)
-  return total
-
-
 def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params: Sequence[Param] | None = None,
             central: bool = True, eps: float | dict | None = None, check: bool = True,
             gradient: str = "auto") -> Trajectory:
@@ -771,7 +696,7 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
     A new `Trajectory`; after `tape.backward(loss)`, `ctrl.grad`, `qpos0.grad`, `qvel0.grad` and
     each `param.value.grad` hold d(loss)/d(that).
   """
-  nstep = _check_ctrl(scene, ctrl)
+  nstep = check_ctrl(scene, ctrl)
   params = list(params or [])
   differentiate = wp._src.context.runtime.tape is not None
   steps = tuple(sorted(resolve_eps(eps, scene).items()))
@@ -787,11 +712,11 @@ def rollout(scene, ctrl: wp.array, *, qpos0=None, qvel0=None, act0=None, params:
     # validate before any rollout kernel runs
     for name, x, width in (("qpos0", qpos0, scene.nq), ("qvel0", qvel0, scene.nv), ("act0", act0, scene.na)):
       if x is not None:
-        _as_state(x, name, scene.nworld, width, scene, None)
-    _check_finite_inputs(scene, {"ctrl": ctrl, **{n: a for n, a in (("qpos0", qpos0), ("qvel0", qvel0),
+        as_state(x, name, scene.nworld, width, scene, None)
+    check_finite_inputs(scene, {"ctrl": ctrl, **{n: a for n, a in (("qpos0", qpos0), ("qvel0", qvel0),
                                                                       ("act0", act0)) if isinstance(a, wp.array)}})
     for p in ro.params:
-      _check_finite_inputs(scene, {f"param {p.name!r}": p.value.reshape((scene.nworld, 1, p.dim))})
+      check_finite_inputs(scene, {f"param {p.name!r}": p.value.reshape((scene.nworld, 1, p.dim))})
   traj = ro.run(ctrl, qpos0=qpos0, qvel0=qvel0, act0=act0)
   if check:
     check_finite(traj)

@@ -195,6 +195,29 @@ def test_looped_step_graph_replays_eager_linearization(ball_free, forward_mode):
       np.testing.assert_array_equal(a.numpy(), b)
 
 
+def test_lazy_rollout_builds_on_first_use(cartpole):
+  # lazy=True (system identification's main rollout, which LM may never run): no analytic step
+  # until the first call, then the same trajectory and Jacobians, bit for bit; first used inside a
+  # graph capture it is refused with the fix named
+  nstep = 10
+  damping = diffsim.Param("dof_damping", "hinge")
+  ctrl = wp.array(_ctrl(cartpole, nstep, seed=9), dtype=float)
+  eager = diffsim.Rollout(cartpole, nstep, params=[damping], ctrl_jacobian=False)
+  assert eager.jacobian == "analytic"
+  ref = [a.numpy().copy() for a in (eager(ctrl, linearize=True).qpos, *eager.jacobians())]
+  lazy = diffsim.Rollout(cartpole, nstep, params=[damping], ctrl_jacobian=False, lazy=True)
+  lazy.reserve_linearization()
+  assert lazy._adjoint is None and lazy.nsweep == eager.nsweep and lazy.nlane == 1
+  got = [a.numpy() for a in (lazy(ctrl, linearize=True).qpos, *lazy.jacobians())]
+  assert lazy._adjoint is not None
+  for g, r in zip(got, ref):
+    np.testing.assert_array_equal(g, r)
+  unbuilt = diffsim.Rollout(cartpole, nstep, params=[damping], lazy=True)
+  with pytest.raises(RuntimeError, match=r"call its build\(\) before capturing"):
+    with wp.ScopedCapture(device=cartpole.device):
+      unbuilt(ctrl)
+
+
 def test_jacobians_without_control_columns(cartpole):
   # ctrl_jacobian=False (system identification): 2 nu fewer lanes, the same state and parameter
   # columns, zero control columns; a tape asking for the control gradient is refused

@@ -162,10 +162,11 @@ class Problem:
     self.nresidual, self.nseries = self.worlds.nresidual, self.worlds.nseries
     self.scene = Scene(mjm, nworld=self.nworld, device=device, solver=solver_settings)
     self.params = params
-    # controls are data here: no Jacobian columns (and lanes) for them
+    # controls are data here: no Jacobian columns (and lanes) for them; its MJWarp Data and analytic
+    # step made on first use (`_main`): LM may linearize with the forward-mode rollout only
     self.rollout = Rollout(self.scene, self.worlds.nstep, params=params, differentiable=True, central=central,
-                           ctrl_jacobian=False, eps=eps, jacobian=step_jacobian)
-    self.rollout.reserve_linearization()  # Gauss-Newton linearizes it inside captured graphs
+                           ctrl_jacobian=False, eps=eps, jacobian=step_jacobian, lazy=True)
+    self.rollout.reserve_linearization()  # its parameter rows: a forward-mode rollout's graphs read them too
     self.layout = self.rollout.layout
     # identified coordinates: the layout's, except that the dofs of one joint share one (see
     # parameters.joint_groups); the rollout perturbs each dof in its own lane and `linearize` sums
@@ -181,7 +182,7 @@ class Problem:
     self.trajectory: Trajectory | None = None
     self.autocorrelation = None
     self._capture = capture
-    self._linearized = Replay(self.scene.device, self._stages(), capture)
+    self._linearized = None  # the main rollout's replay (`_main`)
     self._directional = {}  # forward-mode rollouts and their replays by central differences
     self._gradient = None  # Adam's tape gradient, captured on first use
 
@@ -208,6 +209,13 @@ class Problem:
                 inputs=[b.theta, b.param_column, int(off), b.world_start], outputs=[p.value])
 
   # -- rollouts ---------------------------------------------------------------------------------------
+
+  def _main(self) -> Replay:
+    """The main rollout's linearized replay, made (with the rollout's buffers) on first use."""
+    if self._linearized is None:
+      self.rollout.build()  # Gauss-Newton linearizes it inside captured graphs
+      self._linearized = Replay(self.scene.device, self._stages(), self._capture)
+    return self._linearized
 
   def _stages(self) -> list:
     """The linearized rollout, residuals and their Jacobian by the tangent-linear sweep, as stages to
@@ -322,7 +330,7 @@ class Problem:
       if jacobian in ("directional", "directional-fd"):
         self._replay(*self._forward_mode(self.rollout.fd.central and jacobian == "directional"))
       else:
-        self._replay(self.rollout, self._linearized)
+        self._replay(self.rollout, self._main())
       res = self.buffers.residual.numpy().astype(np.float64)
       res_jac = self.buffers.residual_jac.numpy().astype(np.float64)
       changes = self.buffers.changes.numpy().astype(np.int64)
@@ -422,6 +430,7 @@ class Problem:
     if self.layout.eager_constants:
       self.rollout.update_constants()  # graphs replay the parameter writes, not set_const (`ParamLayout.eager_constants`)
     if self._gradient is None:
+      self.rollout.build()
       self._gradient = Replay(self.scene.device, self._gradient_stage, self._capture)
     self.nrollout += 1
     self._gradient()
