@@ -239,8 +239,9 @@ def _jacobians(scene, nstep, ctrl, *, batch_worlds, **kw):
 def test_tiled_sweeps_match_one_sweep_per_row():
   """A step's sweeps as one reverse pass of a tiled replay give the one-sweep-per-row Jacobians:
   limits with sensors (a selection and a frame sensor) and mass and armature columns (invweight0),
-  a connect equality, acceleration sensors (the IMU arm with contacts off: a model that can make
-  contacts keeps one pass per row)."""
+  a connect equality, acceleration sensors (the IMU arm with contacts off), and the IMU arm's box
+  sticking on the floor with pyramidal and elliptic cones (its contacts collided once and tiled to
+  every copy, `ContactRows.tile`; touch, force and torque sensors read them)."""
   from test_acc_sensors import IMU_ACC, _inputs
 
   from diffsim.adjoint.jacobian import sweep_count
@@ -253,12 +254,15 @@ def test_tiled_sweeps_match_one_sweep_per_row():
                                nworld=1, device=DEVICE)
   assert imu.mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_CONTACT
   ctrl, q_imu, v_imu = _inputs(imu.mjm)
+  touching = [diffsim.Scene.from_xml(IMU_ACC.replace('<option timestep="0.005"/>', f'<option timestep="0.005"{cone}/>'),
+                                     nworld=1, device=DEVICE) for cone in ("", ' cone="elliptic"')]
   cases = [
     (limited, np.tile([[[1.5, 2.5]]], (2, 3, 1)), dict(qpos0=np.array([0.301, 0.1005]), params=[
       diffsim.Param("body_mass", "slider"), diffsim.Param("dof_armature", "swing")])),
     (four_bar, _ctrl(four_bar, 3, 4), dict(qvel0=0.3 * np.ones(four_bar.nv))),
     (imu, ctrl[None, :3], dict(qpos0=q_imu, qvel0=v_imu)),
-  ]
+  ] + [(t, ctrl[None, :3], dict(qpos0=q_imu, qvel0=v_imu, params=[diffsim.Param("body_mass", "box")]))
+       for t in touching]
   for scene, u, kw in cases:
     one, (J1, S1) = _jacobians(scene, 3, u, batch_worlds=1, **kw)
     alls, (J2, S2) = _jacobians(scene, 3, u, batch_worlds=1024, **kw)

@@ -432,6 +432,106 @@ def _rows_jtdj(
               wp.atomic_add(jtdj_out, w, i, j, ji * J[c, r, l])
 
 
+@wp.kernel(enable_backward=False)
+def _tile_contacts(
+  nworld: int,
+  copies: int,
+  nacon: wp.array[int],  # (1,) the base's filled slots
+  # In (the base's frozen contacts):
+  dist: wp.array[float],
+  pos: wp.array[wp.vec3],
+  frame: wp.array[wp.mat33],
+  includemargin: wp.array[float],
+  friction: wp.array[vec5],
+  solref: wp.array[wp.vec2],
+  solreffriction: wp.array[wp.vec2],
+  solimp: wp.array[vec5],
+  dim: wp.array[int],
+  geom: wp.array[wp.vec2i],
+  worldid: wp.array[int],
+  typ: wp.array[int],
+  active: wp.array[int],
+  mode: wp.array[int],
+  radius: wp.array[wp.vec2],
+  local1: wp.array[wp.vec3],
+  local2: wp.array[wp.vec3],
+  frame_local: wp.array[wp.mat33],
+  axis1: wp.array[wp.vec3],
+  axis2: wp.array[wp.vec3],
+  tangent: wp.array[wp.vec3],
+  tmode: wp.array[int],
+  edge_a: wp.array[wp.vec3],
+  edge_b: wp.array[wp.vec3],
+  plane_p: wp.array[wp.vec3],
+  plane_n: wp.array[wp.vec3],
+  dofs: wp.array2d[int],
+  # Out (the copies', slot c * nacon + i copy c of the base's slot i, in world c * nworld + w):
+  nacon_out: wp.array[int],
+  dist_out: wp.array[float],
+  pos_out: wp.array[wp.vec3],
+  frame_out: wp.array[wp.mat33],
+  includemargin_out: wp.array[float],
+  friction_out: wp.array[vec5],
+  solref_out: wp.array[wp.vec2],
+  solreffriction_out: wp.array[wp.vec2],
+  solimp_out: wp.array[vec5],
+  dim_out: wp.array[int],
+  geom_out: wp.array[wp.vec2i],
+  worldid_out: wp.array[int],
+  typ_out: wp.array[int],
+  active_out: wp.array[int],
+  mode_out: wp.array[int],
+  radius_out: wp.array[wp.vec2],
+  local1_out: wp.array[wp.vec3],
+  local2_out: wp.array[wp.vec3],
+  frame_local_out: wp.array[wp.mat33],
+  axis1_out: wp.array[wp.vec3],
+  axis2_out: wp.array[wp.vec3],
+  tangent_out: wp.array[wp.vec3],
+  tmode_out: wp.array[int],
+  edge_a_out: wp.array[wp.vec3],
+  edge_b_out: wp.array[wp.vec3],
+  plane_p_out: wp.array[wp.vec3],
+  plane_n_out: wp.array[wp.vec3],
+  dofs_out: wp.array2d[int],
+):
+  c, i = wp.tid()
+  n = nacon[0]
+  if c == 0 and i == 0:
+    nacon_out[0] = copies * n
+  if i >= n:
+    return
+  j = c * n + i
+  dist_out[j] = dist[i]
+  pos_out[j] = pos[i]
+  frame_out[j] = frame[i]
+  includemargin_out[j] = includemargin[i]
+  friction_out[j] = friction[i]
+  solref_out[j] = solref[i]
+  solreffriction_out[j] = solreffriction[i]
+  solimp_out[j] = solimp[i]
+  dim_out[j] = dim[i]
+  geom_out[j] = geom[i]
+  worldid_out[j] = worldid[i] + c * nworld
+  typ_out[j] = typ[i]
+  active_out[j] = active[i]
+  mode_out[j] = mode[i]
+  radius_out[j] = radius[i]
+  local1_out[j] = local1[i]
+  local2_out[j] = local2[i]
+  frame_local_out[j] = frame_local[i]
+  axis1_out[j] = axis1[i]
+  axis2_out[j] = axis2[i]
+  tangent_out[j] = tangent[i]
+  tmode_out[j] = tmode[i]
+  edge_a_out[j] = edge_a[i]
+  edge_b_out[j] = edge_b[i]
+  plane_p_out[j] = plane_p[i]
+  plane_n_out[j] = plane_n[i]
+  for k in range(dofs.shape[1]):
+    dofs_out[j, k] = dofs[i, k]
+
+
 class ContactRows:
   """The contact rows of one replayed step, recorded into the adjoint's program (`_Program`).
 
@@ -539,6 +639,21 @@ class ContactRows:
                         m.mesh_polynormal, d.xpos, d.xmat, d.geom_xpos, d.geom_xmat, c.dist, c.pos, c.frame, c.geom,
                         c.worldid, self.active, self.mode],
                 outputs=[self.edge_a, self.edge_b, self.plane_p, self.plane_n])
+
+  def tile(self, base: ContactRows, copies: int) -> None:
+    """`collide`'s frozen contacts taken from `base`'s instead (a `TiledReplay`: this scene's worlds
+    are `copies` copies of `base`'s, at the same states): copy c of base slot i in slot `c * nacon + i`,
+    in world `c * nworld + w`. One collision of `base`'s worlds, not one per copy."""
+    b, cb, c = base, base.data.contact, self.data.contact
+    frozen = [b.active, b.mode, b.radius, b.local1, b.local2, b.frame_local, b.axis1, b.axis2, b.tangent, b.tmode,
+              b.edge_a, b.edge_b, b.plane_p, b.plane_n, b.dofs]
+    mine = [self.active, self.mode, self.radius, self.local1, self.local2, self.frame_local, self.axis1, self.axis2,
+            self.tangent, self.tmode, self.edge_a, self.edge_b, self.plane_p, self.plane_n, self.dofs]
+    fields = ("dist", "pos", "frame", "includemargin", "friction", "solref", "solreffriction", "solimp", "dim", "geom",
+              "worldid", "type")
+    wp.launch(_tile_contacts, dim=(copies, b.nc), device=self.scene.device,
+              inputs=[b.scene.nworld, int(copies), b.data.nacon] + [getattr(cb, f) for f in fields] + frozen,
+              outputs=[self.data.nacon] + [getattr(c, f) for f in fields] + mine)
 
   def hessian(self) -> None:
     """Adds the quadratic rows' `J^T D J` to `jtdj` (after the program's "step" segment ran)."""

@@ -17,9 +17,10 @@ the same linear map in every sweep) is formed once per rollout, as a matrix, not
 At most `nv + na + nsensordata` sweeps of the replay's adjoint per step: no perturbed worlds, and each column
 holds exactly what the tape gradient would give (the implicit function theorem at the solver's
 solution, across contact, limit and cone rows), so iLQR and Gauss-Newton see the same derivative
-as L-BFGS. Where the batch is small (`nsweep * nworld <= BATCH_WORLDS`, no contacts), where a sweep
-costs its launches rather than its arithmetic, the step is replayed on `nsweep` copies of the worlds and all
-its sweeps run as one reverse pass, a seed per copy (`tiled.py`; the same numbers, bit for bit).
+as L-BFGS. Where the batch is small (`nsweep * nworld <= BATCH_WORLDS`), where a sweep costs its
+launches rather than its arithmetic, the step is replayed on `nsweep` copies of the worlds and all
+its sweeps run as one reverse pass, a seed per copy (`tiled.py`; the same numbers, bit for bit); the
+worlds' contacts are collided once and tiled to every copy (`ContactRows.tile`).
 The layout matches the lanes' (`step.FiniteDifferenceStep`): `z = [dqpos (nv, tangent),
 qvel (nv), act (na), ctrl (nu), theta (nparam)]`, `J` `(nworld, nstep, nx, nz)`, `S`
 `(nworld, nstep + 1, ns, nz)`; control columns stay zero when the Rollout forms none.
@@ -375,13 +376,12 @@ class AnalyticJacobian:
     # acceleration-stage rows: a sweep through the step's implicit function theorem (`AnalyticStep.reverse`)
     self._acc_rows = set() if analytic.acc_cols is None else {int(c) for c in analytic.acc_cols}
     self._K = None  # the inertial parameters' invweight0 Jacobian (`_invweight_jacobian`)
-    # every sweep of a step in one reverse pass of a tiled replay, where the batch is small (`tiled.py`);
-    # not with contacts: the replay's collision, run on every copy, then costs more than the launches saved
-    # (the SO-101 at 1 world: 1.14x the time of one pass per row)
+    # every sweep of a step in one reverse pass of a tiled replay, where the batch is small (`tiled.py`;
+    # with contacts, one collision of the worlds tiled to every copy: `ContactRows.tile`)
     sweeps = [(i, 1) for i in range(s.nv, s.nx)] + [(r, 0) for r in self._swept]
     cap = BATCH_WORLDS if batch_worlds is None else int(batch_worlds)
     self._tiled = None
-    if analytic.contacts is None and len(sweeps) >= 2 and len(sweeps) * s.nworld <= cap:
+    if len(sweeps) >= 2 and len(sweeps) * s.nworld <= cap:
       from .tiled import TiledReplay
 
       self._tiled = TiledReplay(analytic, len(sweeps))

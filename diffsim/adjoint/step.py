@@ -515,6 +515,7 @@ class AnalyticStep:
                                           qfrc_constraint=qfrc_constraint, jtdj=jtdj)
     self.constrained |= self.equalities is not None
     self.contacts = None
+    self.contacts_from = None  # a tiled replay's: the base step's contacts, tiled instead of collided (`replay`)
     if not off & dsbl.mjDSBL_CONSTRAINT and can_make_contacts(mjm):
       self.contacts = ContactRows(s, self.fwd.data, P, arr, accumulated, xpos=xpos, xmat=xmat, com=com, cdof=cdof,
                                   qvel=self.qvel, qacc=self.qacc, qfrc_constraint=qfrc_constraint, jtdj=jtdj)
@@ -608,7 +609,12 @@ class AnalyticStep:
       wp.launch(_free_body_acceleration, dim=(n, self.nfree), device=s.device,
                 inputs=[m.body_dofadr, self.free_body, self.h_damp, self.bdiag, self.M, *self.free_frames, self.qvel,
                         self.qacc], outputs=[self.A_free, self.qacc_e])
-    if self.contacts is not None:
+    if self.contacts_from is not None:
+      # copy 0's worlds are the base's worlds at the same states: one collision, tiled to every copy
+      base = self.contacts_from
+      base.collide(self.qpos[:base.scene.nworld])
+      self.contacts.tile(base, n // base.scene.nworld)
+    elif self.contacts is not None:
       self.contacts.collide(self.qpos)
     P.forward("step")
     if self.contacts is not None:

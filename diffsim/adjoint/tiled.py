@@ -10,7 +10,9 @@ as `field[w % field.shape[0]]`, then reads world `w`'s row in every copy, and th
 read world `w % nworld` (`step._load_step`). The fields whose adjoints the sweeps read (the
 parameters', the tied bias, the invweight0 arrays the inertial parameters reach) get
 `copies * nworld` rows of their own, refreshed from the scene's at `refresh()`, so that each copy's
-adjoint lands in its own row.
+adjoint lands in its own row. Contacts: the copies' states are their worlds', so the base step's
+collision of the worlds (MJWarp's, the costly part of a replay with contacts) is run once and its
+frozen contacts tiled to every copy (`ContactRows.tile`), not collided `copies` times.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class TiledReplay:
     # the contacts' own Data (`ContactRows`) holds every copy's contacts: naconmax is over all worlds
     data = SimpleNamespace(data=SimpleNamespace(naconmax=fwd.naconmax * self.copies, njmax=fwd.njmax))
     self.step = self._AnalyticStep(_TiledScene(s, m, self.nworld), self.base.layout, data)
+    self.step.contacts_from = self.base.contacts  # one collision for all copies (`ContactRows.tile`)
     self._key = key
     self.refresh()
 
