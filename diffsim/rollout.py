@@ -295,8 +295,8 @@ class Rollout:
       (default: as `gradient`): `"auto"` the analytic step's (`adjoint.AnalyticJacobian`, no
       perturbation lanes) where `analytic_coverage` allows, else the lanes. `jacobian` and
       `jacobian_reason` say which and why.
-    lazy: make the one-lane stepper's MJWarp Data and the analytic step on first use, not here
-      (`build`; before a graph capture of the first call).
+    lazy: make the analytic step and the one-lane stepper's MJWarp Data on first use, not here
+      (`build`, and the first forward-only call; run or build before capturing the first call).
 
   Calling it returns the same `Trajectory` arrays every time (overwritten). Inside a tape it
   records its backward pass; `tape.backward` then accumulates into `ctrl.grad`, `qpos0.grad`,
@@ -349,8 +349,9 @@ class Rollout:
         self.build()
 
   def build(self) -> None:
-    """Makes what `lazy=True` left for first use: the one-lane stepper's MJWarp Data and the analytic
-    step's arrays and launches (`adjoint.AnalyticStep`, `AnalyticJacobian`). A no-op once built.
+    """Makes what `lazy=True` left for first use: the analytic step's arrays and launches
+    (`adjoint.AnalyticStep`, `AnalyticJacobian`) and the one-lane stepper's MJWarp Data they step
+    (a Rollout without them makes that Data at its first forward-only call). A no-op once built.
 
     It allocates, so it must run outside a graph capture: call it before capturing a lazy Rollout's
     first call. A Rollout that may never run (system identification's main rollout while LM
@@ -363,7 +364,8 @@ class Rollout:
     from .adjoint import AnalyticJacobian, AnalyticStep
 
     with off_tape():
-      self._fwd.data
+      if self._analytic:  # the analytic step steps the one-lane stepper's Data; forward-only calls make it
+        self._fwd.data
       self._lanes()
       # the analytic adjoint's arrays and launches, made after the parameter rows they read
       if self._analytic:
@@ -585,6 +587,8 @@ class Rollout:
         raise ValueError(f"tangent0 must have shape (nworld={n}, nx={shape[0]}, directions={shape[1]}) or "
                          f"(1, {shape[0]}, {shape[1]}), got {tangent0.shape}")
     self.build()  # a lazy Rollout's first call (outside a capture: `build`)
+    if not differentiate:
+      self._fwd.data  # a lazy Rollout's first forward-only call: its one-lane Data, allocated now
     stepper = (self._linearizer if linearize else self._adjoint) if analytic else self.fd if differentiate else \
       self._fwd
     return _Call(b, ctrl, state0, tangent0, differentiate, stepper,

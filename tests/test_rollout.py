@@ -216,6 +216,12 @@ def test_lazy_rollout_builds_on_first_use(cartpole):
   with pytest.raises(RuntimeError, match=r"call its build\(\) before capturing"):
     with wp.ScopedCapture(device=cartpole.device):
       unbuilt(ctrl)
+  # forward mode (sysid's directional rollout): its forward-only Data only at a forward-only call
+  tangents = diffsim.Rollout(cartpole, nstep, params=[damping], directions=1, lazy=True)
+  tangents(ctrl, linearize=True)
+  assert tangents.forward_stepper._data is None
+  np.testing.assert_array_equal(tangents(ctrl).qpos.numpy(), ref[0])
+  assert tangents.forward_stepper._data is not None
 
 
 def test_jacobians_without_control_columns(cartpole):

@@ -269,7 +269,7 @@ class Problem:
     if central not in self._directional:
       fd = self.rollout.fd
       ro = Rollout(self.scene, self.worlds.nstep, params=self.params, central=central, eps=fd.eps,
-                   ctrl_jacobian=False, directions=self.ncol)
+                   ctrl_jacobian=False, directions=self.ncol, lazy=True)  # lazy: no forward-only Data
       self._directional[central] = ro, Replay(self.scene.device, self._directional_stages(ro), self._capture)
     return self._directional[central]
 
