@@ -34,7 +34,8 @@ solvers start from the tutorial's scripted plans made to stop short (`PUSH_EXTRA
 the start (the tutorial's own start meets it in most worlds: its figures measure the refinement,
 this one the solvers' reach). Every `--check-every` iterations a callback replays the best plans so
 far in C (its time is subtracted) and stops the solver once the bar is met. L-BFGS and Adam take
-analytic-adjoint tape gradients, iLQR the lanes' step Jacobians. Written apart, to
+analytic-adjoint tape gradients, iLQR the step Jacobians its rollout forms (`Rollout.jacobian`: the
+analytic step's where it covers the model, as here). Written apart, to
 `trajopt_push_<device>.json` (the cost-threshold problems' file and README rows are unchanged).
 Sizes: CPU 10 worlds, CUDA 64.
 
@@ -281,7 +282,7 @@ def bench_push(nworld: int, device, quick: bool, solvers=SOLVERS, repeats: int =
     rows.append({
       "problem": "push", "method": method, "nworld": problem.nworld, "horizon": problem.horizon,
       "dt": problem.scene.dt, "device": str(problem.scene.device), "maxiter": maxiter, "bar": bar,
-      "derivatives": "lanes" if method == "ilqr" else problem.rollout.gradient, "options": opts,
+      "derivatives": problem.rollout.jacobian if method == "ilqr" else problem.rollout.gradient, "options": opts,
       "start_rate": start_rate, "repeats": len(runs), "setup_s": setup_s, "warmup_s": warmup_s,
       "time_to_bar_s": float(np.median([h[1] for h in hits])) if reached else None,
       "iters_to_bar": hits[0][0] if reached else None,

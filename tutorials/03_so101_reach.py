@@ -4,17 +4,18 @@ Each world is its own problem: the arm starts at rest in a random configuration 
 end-effector site (`gripperframe`) to a random reachable target within `--duration` seconds. The six
 actuators are position servos (ctrl is a joint-angle target, bounded by the joint range). iLQR
 solves all worlds together; the site enters the cost through a `framepos` sensor, whose Jacobians
-the rollout forms along with the dynamics'. iLQR needs whole step Jacobians (`linearize=True`),
-which only the finite-difference lanes form: the analytic adjoint, which serves the tape gradients
-of Adam and L-BFGS, does not enter here (the run prints what a tape gradient would take).
+the rollout forms along with the dynamics'. iLQR needs whole step Jacobians (`linearize=True`):
+the analytic step forms them where it covers the model, as here (one reverse sweep per velocity
+row, no perturbed worlds; `Rollout.jacobian`), else the finite-difference lanes do (the run prints
+which, and what a tape gradient would take).
 
   python tutorials/03_so101_reach.py              # 2,048 worlds, 0.5 s in 2 ms steps; writes out/03_so101_reach/
   python tutorials/03_so101_reach.py --nworld 64  # full horizon, 64 worlds: minutes on a CPU
   python tutorials/03_so101_reach.py --test       # 20 worlds, 10 ms steps; checks >= 95% within 1 cm (no video)
 
 The issue's bar on a CPU (tests/test_tutorials_trajopt.py runs it): 2,048 worlds at a reduced
-horizon, targets within 0.25 rad per joint of the start, >= 95% within 1 cm (the linearization
-steps 19 lanes x 2,048 = 39k MJWarp worlds):
+horizon, targets within 0.25 rad per joint of the start, >= 95% within 1 cm (on the lanes the
+linearization would step 19 lanes x 2,048 = 39k MJWarp worlds):
 
   python tutorials/03_so101_reach.py --duration 0.15 --timestep 0.01 --iters 5 --target-spread 0.25 \
       --min-success 0.95
@@ -103,7 +104,7 @@ def reach_problem(*, nworld: int, duration: float, timestep: float | None, seed:
     CtrlRateCost(1e-2),
     QposCost(0.5 * (lo + hi), running=1.0),  # posture: away from the joint limits, arm unfolded
   ]
-  # forward differences: half the perturbation lanes of central ones, accurate enough here; the
+  # forward differences (where the lanes form the Jacobians): half the lanes of central ones; the
   # servo targets start at the start pose, one row per world (nworld, 1, nu) held for every step
   problem = diffsim.TrajectoryProblem(scene, cost, horizon=round(duration / scene.dt), qpos0=qpos0,
                                       ctrl_init=qpos0[:, None], central=False)

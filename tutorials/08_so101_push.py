@@ -6,8 +6,8 @@ base, which needs more reach than the arm has at floor height), and its own arm 
 4 cm above the point behind the cube. The scene is tutorial 09's (`push_scene`): the cube touches
 the floor and the two box jaw pads only (MJWarp and MuJoCo C agree on box-box contacts, not on the
 jaws' meshes), and the noslip solver is off, so the analytic adjoint covers the whole model
-(pyramidal cones, box contacts) and L-BFGS and Adam take exact tape gradients; iLQR takes the lanes'
-step Jacobians.
+(pyramidal cones, box contacts): L-BFGS and Adam take exact tape gradients, iLQR the analytic
+step Jacobians (the same derivative, one reverse sweep per row; `Rollout.jacobian`).
 
 The pusher: both jaw pads, the gripper held half open (`GRIP`, pads' centers 37.6 mm apart) and
 turned so that the pads' ends lead, side by side across the cube's 4 cm face. Pushed at two
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
                                     options={"lr": ADAM_LR} if args.method == "adam" else None)
   path, err = judge(res.x)
   success = float(np.mean(err < 0.02))
-  derivative = ("step Jacobians from the lanes" if args.method == "ilqr"
+  derivative = (f"{problem.rollout.jacobian} step Jacobians" if args.method == "ilqr"
                 else f"{problem.rollout.gradient} tape gradients")
 
   out = os.path.join(args.out, "08_so101_push")

@@ -24,14 +24,16 @@ What the tutorial changes in the scene, and why:
     cube 7 mm and 3 degrees apart between them after 0.8 s at the true parameters; box-box
     contacts agree to 1e-4.
   - `noslip_iterations` is 0 here (the scene has 5; `--noslip 5` keeps them). MJWarp runs the
-    noslip solver, and LM takes its Jacobians from finite-difference lanes, which differentiate
-    whatever the step does: identification works either way (both recover friction and mass
-    within 0.3%). But MJWarp's float32 noslip departs further from float64 C: on the four full
-    pushes the mass came out 7.5e-4 off with a std of 3e-5 (3.2 std: outside its interval) with
-    noslip, 3.0e-3 off with a std of 1.7e-4 (2.3 std) without. Without it, too, the model is one
-    the analytic adjoint covers, so what the result says about each parameter's derivatives is
-    about the parameter: the adjoint covers `geom_friction` and `body_mass` (an Adam run on tape
-    gradients would take it for both); LM's Jacobians come from the lanes.
+    noslip solver, which the analytic adjoint does not cover: LM then takes its Jacobians from
+    finite-difference lanes, which differentiate whatever the step does. Identification works
+    either way (both recover friction and mass within 0.3%, measured on the lanes). But MJWarp's
+    float32 noslip departs further from float64 C: on the four full pushes the mass came out
+    7.5e-4 off with a std of 3e-5 (3.2 std: outside its interval) with noslip, 3.0e-3 off with a
+    std of 1.7e-4 (2.3 std) without (both on the lanes). Without it, too, the model is one the
+    analytic adjoint covers: LM's step Jacobians come from the analytic step (its reverse sweeps at
+    the solver's solution, `geom_friction` and `body_mass` columns included): 1.9e-3 off with a std
+    of 1.1e-4 (2.3 std), friction 4e-5 off (0.1 std), in 6 iterations and 11 s (8 and 144 s on the
+    lanes).
 
 A sliding 4 cm box on this floor hops: from the moment it slides, MuJoCo's soft contacts let its
 corners lift and land again (its floor contacts go 4, 2, 0, 4 from step to step, in C and MJWarp
@@ -42,8 +44,8 @@ recorded state) keeps each prediction short, and the cost is then smooth enough 
 residuals are the cube's position and the arm's joint angles; the velocities (needed for the
 restarts) and the cube's orientation, which the hops shake, get zero weight.
 
-Which derivatives: LM needs whole step Jacobians, which only the perturbation lanes form; the
-result's `derivatives` says so per parameter, with what the analytic adjoint would have covered.
+Which derivatives: LM needs whole step Jacobians, which the analytic step forms where it covers the
+model, else the perturbation lanes; the result's `derivatives` says which, per parameter.
 
 Run:
   python tutorials/09_sysid_push_friction.py              # 4 pushes of 0.8 s; writes out/09_sysid_push_friction/
