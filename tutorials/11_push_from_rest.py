@@ -4,8 +4,9 @@ The plan starts out of contact: the pusher (two slide joints, a vertical capsule
 behind the box and the cost is on the box's final position only (plus a tiny price on force). At
 rest the box feels nothing the pusher does, so the gradient of the cost in the controls is zero
 and a first-order solver cannot leave the start: `optimize_trajectory` says so per world
-(`result.zero_gradient`, `success` False, the message names the zero gradient). iLQR's lanes do
-not reach the box either (a finite-difference step of the pusher's force moves it micrometres).
+(`result.zero_gradient`, `success` False, the message names the zero gradient). iLQR does not
+reach the box either: out of contact its step Jacobians couple nothing of the pusher to the box
+(the analytic step's exactly, the lanes' within a step of micrometres).
 
 The strategy, a contact-reaching warm start (`diffsim.trajopt`'s docstring):
   1. a cheap first stage, `problem.with_cost(cost + reach)`, where `reach` is a running
