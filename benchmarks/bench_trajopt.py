@@ -143,13 +143,28 @@ def count_host_traffic():
 
 def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: int = 6) -> dict:
   """Host traffic of one iteration: counts of a run of `n1` iterations minus one of `n0`, over `n1 - n0`."""
+  from diffsim.trajopt.solver import Solver
+
   counts, nits = [], []
   # a solver is cached per problem for runs up to its capacity: make (and capture) it first
   diffsim.optimize_trajectory(problem, method, maxiter=n1, ftol=0.0, log_every=n1, progress=False, options=options)
+  zero_gradient = Solver._zero_gradient
   for n in (n0, n1):
     with count_host_traffic() as c:
-      res = diffsim.optimize_trajectory(problem, method, maxiter=n, ftol=0.0, log_every=n, progress=False,
-                                        options=options)
+      def uncounted(self, start, c=c):
+        # the result's one-off check of worlds that made no progress yet (an eager gradient at the
+        # start, run after n0 iterations in a world still on its start): no iteration's traffic
+        saved = dict(c)
+        out = zero_gradient(self, start)
+        c.update(saved)
+        return out
+
+      Solver._zero_gradient = uncounted
+      try:
+        res = diffsim.optimize_trajectory(problem, method, maxiter=n, ftol=0.0, log_every=n, progress=False,
+                                          options=options)
+      finally:
+        Solver._zero_gradient = zero_gradient
     counts.append(dict(c))
     nits.append(res.nit)
   dn = max(nits[1] - nits[0], 1)
