@@ -417,6 +417,25 @@ def test_no_progress_from_rest_is_not_success(method):
   assert res.reasons == ("zero gradient at the start, nothing moved",) * 4
 
 
+@pytest.mark.parametrize("method", ["lbfgs", "adam"])
+def test_start_gradient_kept_in_the_captured_evaluation(cartpole, method):
+  """The zero-gradient test of a stalled result reads the gradient's size at the start from the
+  solver's first (captured) evaluation, not from a rollout of its own: the same per world as an
+  eager gradient at the start, and kept at the start's, not a later evaluation's."""
+  problem = diffsim.TrajectoryProblem(cartpole, [QposCost([0.0, np.pi], running=0.0, terminal=[1.0, 100.0])],
+                                      horizon=20)
+  diffsim.optimize_trajectory(problem, method, maxiter=3, progress=False)
+  solver = next(s for s in problem.solvers.values() if s.method == method)
+  assert solver.keeps_start_gradient and solver._grad0_done.numpy()[0] == 1
+  kept = solver.grad0.numpy().copy()
+  wp.copy(problem.ctrl, solver._ctrl0)
+  _, tape = solver.gradient()
+  eager = np.abs(problem.ctrl.grad.numpy()).reshape(problem.nworld, -1).max(axis=1)
+  tape.zero()
+  assert (eager > 0).all()
+  np.testing.assert_allclose(kept, eager, rtol=1e-6)
+
+
 def _settled_push(nworld: int, offsets):
   """PUSH_FROM_REST settled in C, targets `offsets` (m) ahead of the box: `(problem, targets, qpos0)`
   with the cost on the box's final position only."""

@@ -24,6 +24,7 @@ class AdamSolver(Solver):
     super().__init__(problem, options, capacity, capture)
     self.adam = optim.Adam(problem.ctrl, problem.ctrl_lo, problem.ctrl_hi, lr=options["lr"], betas=options["betas"],
                            eps=options["eps"])
+    self.keeps_start_gradient = True
 
   def start(self, ctrl0):
     super().start(ctrl0)
@@ -36,6 +37,7 @@ class AdamSolver(Solver):
     problem = self.problem
     trajectory, tape = self.gradient()
     self.record(self.cost, problem.ctrl, trajectory)
+    self.keep_start_gradient()
     self.adam.step(problem.ctrl.grad)
     self.launch(increment, 1, [self.iterations])
     tape.zero()

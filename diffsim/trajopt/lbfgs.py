@@ -40,6 +40,7 @@ class LBFGSSolver(Solver):
     super().__init__(problem, options, capacity, capture)
     # gradient then cost per world, so one read brings both
     self.packed = wp.zeros(problem.ctrl.size + problem.nworld, dtype=float, device=problem.scene.device)
+    self.keeps_start_gradient = True
 
   def stages(self):
     return [(self.evaluate, 1)]
@@ -48,6 +49,7 @@ class LBFGSSolver(Solver):
     problem = self.problem
     trajectory, tape = self.gradient()
     self.record(self.cost, problem.ctrl, trajectory)
+    self.keep_start_gradient()
     nctrl = problem.ctrl.size
     wp.copy(self.packed, problem.ctrl.grad.flatten(), count=nctrl)
     wp.copy(self.packed, self.cost, dest_offset=nctrl, count=problem.nworld)
