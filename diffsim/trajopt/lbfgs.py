@@ -23,11 +23,12 @@ class LBFGSSolver(Solver):
   stacked (their costs summed): worlds are independent, so the summed cost's gradient is each
   world's own, but one step length serves them all, and a world on a float32 plateau can end the
   search for every world. `"per_world"` runs one L-BFGS per world, each with its own curvature pairs,
-  Armijo line search and stopping test (`BatchedLBFGS`), all worlds evaluated together. Measured on
-  the 2-core CPU: tutorial 8's push at 4 worlds (40 iterations), shared stopped after 4 iterations
-  (replayed in C 0.29-1.53 cm), per world ran 31 (0.08-0.77 cm, every world's cost lower); tutorial
-  2's cart-pole (4 worlds, 150 iterations), shared reached costs 0.11-0.14, per world 0.13-0.45
-  (two worlds stopped early on the relative-decrease test of their own, smaller, cost). An
+  Armijo line search and stopping test (`BatchedLBFGS`, `ftol` on two accepted iterations in a row),
+  all worlds evaluated together. Measured on the 2-core CPU: tutorial 8's push at 4 worlds (40
+  iterations), shared stopped after 6 iterations (replayed in C 0.15-1.43 cm), per world ran 35
+  (0.02-0.83 cm, 3 of 4 worlds' costs lower); tutorial 2's cart-pole (4 worlds, 150 iterations), shared
+  reached costs 0.12-0.18, per world 0.12-0.16 (with scipy's single `ftol` test one world stopped at
+  0.45). An
   evaluation is one graph replay between one upload of the controls and one read of cost and
   gradient; per world, the best controls evaluated are returned.
   """
