@@ -61,6 +61,20 @@ def test_a_stalled_world_stops_alone():
   np.testing.assert_allclose(opt.x[1:], c[1:], atol=1e-7)
 
 
+def test_ftol_must_hold_on_consecutive_iterations():
+  """`ftol_iters`: a world stops on the relative-decrease test only after that many accepted
+  iterations in a row pass it (ftol=1 passes every decrease of a positive cost: the count is exact)."""
+  W, n = 3, 5
+  scale = np.arange(1, n + 1, dtype=float) ** 2
+  fun = lambda X: 0.5 * ((X - 3.0) ** 2 * scale).sum(axis=1)
+  grad = lambda X: (X - 3.0) * scale
+  for k in (1, 2, 3):
+    opt, _ = _solve(fun, grad, np.zeros((W, n)), -np.inf, np.inf, maxiter=50, ftol=1.0, gtol=1e-12, ftol_iters=k)
+    assert (opt.nit == k).all() and set(opt.reason) == {"relative reduction of the cost below ftol"}, (k, opt.nit)
+  with pytest.raises(ValueError, match="ftol_iters must be a positive integer"):
+    BatchedLBFGS(-np.inf, np.inf, ftol_iters=0)
+
+
 def test_non_finite_start_is_reported():
   opt = BatchedLBFGS(-np.inf, np.inf)
   opt.start(np.zeros((2, 3)))
