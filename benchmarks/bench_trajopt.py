@@ -152,8 +152,9 @@ def traffic_per_iteration(problem, method: str, options: dict, n0: int = 2, n1: 
   for n in (n0, n1):
     with count_host_traffic() as c:
       def uncounted(self, start, c=c):
-        # the result's one-off check of worlds that made no progress yet (an eager gradient at the
-        # start, run after n0 iterations in a world still on its start): no iteration's traffic
+        # the result's one-off check of worlds that made no progress yet (a host read of the start's
+        # gradient, iLQR's an eager gradient there; run after n0 iterations in a world still on its
+        # start): no iteration's traffic
         saved = dict(c)
         out = zero_gradient(self, start)
         c.update(saved)

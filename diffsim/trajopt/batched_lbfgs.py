@@ -22,7 +22,7 @@ Per world, per iteration:
     float32 cost, where a backtracked step can land on a plateau far from the minimum: with scipy's
     single test, tutorial 2's cart-pole (4 worlds, 150 iterations) stopped one world at cost 0.45;
     with two in a row every world ends at 0.12-0.16 (the stacked scipy search: 0.12-0.18), and
-    tutorial 8's push at 4 worlds ends at the same or lower costs (0.05-0.83 cm in C).
+    tutorial 8's push at 4 worlds ends at the same or lower costs (0.02-0.83 cm in C).
 
 This is a projected L-BFGS, not L-BFGS-B's Cauchy point and subspace minimization: the same
 iterates away from the bounds, and on them the free-variable direction projected back.
