@@ -361,17 +361,17 @@ class Rollout:
     if self.scene.device.is_capturing:
       raise RuntimeError("a Rollout built with lazy=True was first used inside a graph capture, where it cannot "
                          "allocate its MJWarp Data and analytic step; call its build() before capturing")
-    from .adjoint import AnalyticJacobian, AnalyticStep
-
     with off_tape():
-      if self._analytic:  # the analytic step steps the one-lane stepper's Data; forward-only calls make it
-        self._fwd.data
       self._lanes()
-      # the analytic adjoint's arrays and launches, made after the parameter rows they read
       if self._analytic:
+        from .adjoint import AnalyticJacobian, AnalyticStep
+
+        # the analytic adjoint's arrays and launches, made after the parameter rows they read; it steps
+        # the one-lane stepper's Data (without it, forward-only calls make that Data)
+        self._fwd.data
         self._adjoint = AnalyticStep(self.scene, self.layout, self._fwd)
-      if self.jacobian == "analytic":
-        self._linearizer = AnalyticJacobian(self._adjoint, ctrl_jacobian=self.fd.ctrl_jacobian)
+        if self.jacobian == "analytic":
+          self._linearizer = AnalyticJacobian(self._adjoint, ctrl_jacobian=self.fd.ctrl_jacobian)
     self._built = True
 
   @property

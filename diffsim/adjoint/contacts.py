@@ -437,8 +437,8 @@ def _tile_contacts(
   nworld: int,
   copies: int,
   nacon: wp.array[int],  # (1,) the base's filled slots
-  # In (the base's frozen contacts):
-  dist: wp.array[float],
+  # In (the base's frozen contacts, the fields the step's rows and sensors read; not `dist` and
+  # `type`, which only `collide` reads):
   pos: wp.array[wp.vec3],
   frame: wp.array[wp.mat33],
   includemargin: wp.array[float],
@@ -449,7 +449,6 @@ def _tile_contacts(
   dim: wp.array[int],
   geom: wp.array[wp.vec2i],
   worldid: wp.array[int],
-  typ: wp.array[int],
   active: wp.array[int],
   mode: wp.array[int],
   radius: wp.array[wp.vec2],
@@ -467,7 +466,6 @@ def _tile_contacts(
   dofs: wp.array2d[int],
   # Out (the copies', slot c * nacon + i copy c of the base's slot i, in world c * nworld + w):
   nacon_out: wp.array[int],
-  dist_out: wp.array[float],
   pos_out: wp.array[wp.vec3],
   frame_out: wp.array[wp.mat33],
   includemargin_out: wp.array[float],
@@ -478,7 +476,6 @@ def _tile_contacts(
   dim_out: wp.array[int],
   geom_out: wp.array[wp.vec2i],
   worldid_out: wp.array[int],
-  typ_out: wp.array[int],
   active_out: wp.array[int],
   mode_out: wp.array[int],
   radius_out: wp.array[wp.vec2],
@@ -502,7 +499,6 @@ def _tile_contacts(
   if i >= n:
     return
   j = c * n + i
-  dist_out[j] = dist[i]
   pos_out[j] = pos[i]
   frame_out[j] = frame[i]
   includemargin_out[j] = includemargin[i]
@@ -513,7 +509,6 @@ def _tile_contacts(
   dim_out[j] = dim[i]
   geom_out[j] = geom[i]
   worldid_out[j] = worldid[i] + c * nworld
-  typ_out[j] = typ[i]
   active_out[j] = active[i]
   mode_out[j] = mode[i]
   radius_out[j] = radius[i]
@@ -649,8 +644,8 @@ class ContactRows:
               b.edge_a, b.edge_b, b.plane_p, b.plane_n, b.dofs]
     mine = [self.active, self.mode, self.radius, self.local1, self.local2, self.frame_local, self.axis1, self.axis2,
             self.tangent, self.tmode, self.edge_a, self.edge_b, self.plane_p, self.plane_n, self.dofs]
-    fields = ("dist", "pos", "frame", "includemargin", "friction", "solref", "solreffriction", "solimp", "dim", "geom",
-              "worldid", "type")
+    fields = ("pos", "frame", "includemargin", "friction", "solref", "solreffriction", "solimp", "dim", "geom",
+              "worldid")
     wp.launch(_tile_contacts, dim=(copies, b.nc), device=self.scene.device,
               inputs=[b.scene.nworld, int(copies), b.data.nacon] + [getattr(cb, f) for f in fields] + frozen,
               outputs=[self.data.nacon] + [getattr(c, f) for f in fields] + mine)

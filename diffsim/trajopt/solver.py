@@ -298,9 +298,8 @@ class Solver:
   def _zero_gradient(self, start: np.ndarray) -> np.ndarray:
     """`(nworld,)` bool: the tape gradient of the cost in the controls at the start was zero (every
     entry at most 1e-9 of the start's cost, float32 noise), for a result with stalled worlds. From
-    `grad0` where the solver kept it (one host read), else one rollout and backward pass, launched
-    from Python (an eager rollout of a 120-step push at 4 worlds: 0.6 s), which leaves `problem.ctrl`
-    at the start."""
+    `grad0` where the solver kept it (one host read), else one rollout and backward pass launched
+    from Python (iLQR), which leaves `problem.ctrl` at the start."""
     problem = self.problem
     if self.keeps_start_gradient and self._grad0_done.numpy()[0]:
       grad = self.grad0.numpy().astype(np.float64)
